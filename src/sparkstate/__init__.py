@@ -1,0 +1,43 @@
+"""sparkstate: stateful stream processing for PySpark.
+
+Keyed state across micro-batches with per-key timeouts (processing and event time), initial
+state, and state that survives restarts and schema changes, on PySpark's transformWithState
+and the RocksDB state store. The public names are those of ``api.md``.
+"""
+
+from . import testing
+from .errors import (
+    ConfigError,
+    SparkStateError,
+    StateNotFoundError,
+    StateSchemaError,
+    StateTypeError,
+    TimeoutConfigError,
+    UserFunctionError,
+)
+from .group_state import GroupState, GroupStateTimeout, State
+from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
+from .session import spark_session
+from .spec import StateSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "GroupState",
+    "GroupStateTimeout",
+    "SparkStateError",
+    "State",
+    "StateNotFoundError",
+    "StateSchemaError",
+    "StateSpec",
+    "StateTypeError",
+    "TimeoutConfigError",
+    "UserFunctionError",
+    "flat_map_groups_with_state",
+    "map_groups_with_state",
+    "map_with_state",
+    "spark_session",
+    "testing",
+    "update_state_by_key",
+]

@@ -1,0 +1,181 @@
+"""The engine on PySpark's ``transformWithState`` (Row API), RocksDB state store.
+
+One value-state variable per key holds the state's fields *and* its pending timeout, so a key
+costs one ``get`` and (only when something changed) one ``update`` or ``clear``; timers are
+touched only when the timeout changes, and are never listed. A timer is registered at
+``timeout + 1`` because transformWithState fires timers at or before the clock while
+GroupState times out strictly before it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+from ..group_state import GroupState, GroupStateTimeout, Outcome, is_due, run_call
+from ..errors import StateTypeError
+from .base import EXISTS_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN, Engine, StatePlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def state_row_schema(plan: StatePlan) -> StructType:
+    """The schema of the stored state row: the state's columns, then existence and timeout."""
+    return StructType(
+        list(plan.state_codec.columns.fields)
+        + [StructField(EXISTS_COLUMN, BooleanType(), True), StructField(TIMEOUT_COLUMN, LongType(), True)]
+    )
+
+
+def time_mode(plan: StatePlan) -> str:
+    if not plan.streaming:
+        return "None"
+    if plan.timeout is GroupStateTimeout.EventTimeTimeout:
+        return "EventTime"
+    if plan.timeout is GroupStateTimeout.ProcessingTimeTimeout or plan.state_ttl_ms is not None:
+        return "ProcessingTime"
+    return "None"
+
+
+def _wall_clock_ms() -> int:
+    # The one place the engine reads the wall clock: only when Spark gives no processing time
+    # (a query without a time mode, or a static DataFrame).
+    return int(time.time() * 1000)
+
+
+class _Processor(StatefulProcessor):
+    """The StatefulProcessor shipped to the workers. Holds only the plan (picklable)."""
+
+    def __init__(self, plan: StatePlan) -> None:
+        self.plan = plan
+        self.mode = time_mode(plan)
+
+    def init(self, handle: Any) -> None:
+        plan = self.plan
+        self.handle = handle
+        ttl = plan.state_ttl_ms if (plan.state_ttl_ms is not None and self.mode == "ProcessingTime") else None
+        self.vs = handle.getValueState(STATE_VARIABLE, state_row_schema(plan), ttl)
+        self.timers = self.mode != "None"
+        self.codec = plan.state_codec
+        self.n_state = len(plan.state_codec.fields)
+        self.empty_cols = (None,) * self.n_state
+        self.single_key = len(plan.key_columns) == 1
+        self.encode_output = plan.output_encoder
+        self.decode_value = plan.value_decoder
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _key(self, key: Any) -> Any:
+        return key[0] if self.single_key else tuple(key)
+
+    def _load(self) -> tuple[Any, bool, int | None]:
+        stored = self.vs.get()
+        if stored is None:
+            return None, False, None
+        exists = bool(stored[self.n_state])
+        value = self.codec.decode_columns(stored[: self.n_state]) if exists else None
+        return value, exists, stored[self.n_state + 1]
+
+    def _times(self, tv: Any) -> tuple[int, int]:
+        pt = tv.getCurrentProcessingTimeInMs()
+        if pt is None or pt < 0:
+            pt = _wall_clock_ms()
+        return pt, tv.getCurrentWatermarkInMs()
+
+    def _state(self, value: Any, exists: bool, tv: Any, timed_out: bool) -> GroupState:
+        pt, wm = self._times(tv)
+        has_wm = self.plan.has_watermark
+        return GroupState(
+            self.plan.timeout, value=value, exists=exists, has_timed_out=timed_out,
+            batch_time_ms=pt, watermark_ms=max(wm, 0) if has_wm else -1, has_watermark=has_wm,
+        )
+
+    def _store(self, key: Any, exists: bool, value: Any, timeout_ms: int | None) -> None:
+        if not exists and timeout_ms is None:
+            self.vs.clear()
+            return
+        try:
+            cols = self.codec.encode_columns(value) if exists else self.empty_cols
+        except StateTypeError as exc:
+            raise StateTypeError(f"{self.plan.operator}: the state of key {key!r} cannot be stored: {exc}") from None
+        self.vs.update(cols + (exists, timeout_ms))
+
+    def _commit(self, key: Any, outcome: Outcome, old_timeout: int | None, fired: bool, now: int) -> list:
+        if outcome.write:
+            self._store(key, outcome.exists, outcome.value, outcome.timeout_ms)
+            new = outcome.timeout_ms
+            if self.timers and new != old_timeout:
+                if old_timeout is not None and not fired:
+                    self.handle.deleteTimer(old_timeout + 1)
+                if new is not None:
+                    self.handle.registerTimer(new + 1)
+        elif fired and outcome.timeout_ms is not None:
+            # The same, already due, timeout was set again in a timeout call: Spark deletes the
+            # timer that just fired, so arm one for the next batch, where the key is due again.
+            self.handle.registerTimer(now + 1)
+        enc = self.encode_output
+        try:
+            return [enc(o) for o in outcome.outputs]
+        except StateTypeError as exc:
+            raise StateTypeError(f"{self.plan.operator}: an output for key {key!r} does not match output_type: {exc}") from None
+
+    # -- the transformWithState callbacks ----------------------------------------------------
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        k = self._key(key)
+        value, exists, old_timeout = self._load()
+        state = self._state(value, exists, timerValues, False)
+        values = map(self.decode_value, rows) if self.decode_value is not None else rows
+        outcome = run_call(
+            self.plan.func, k, values, state, flat=self.plan.flat,
+            old_timeout_ms=old_timeout, keep_expired_state=self.plan.keep_expired_state,
+        )
+        return iter(self._commit(k, outcome, old_timeout, False, 0))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        value, exists, old_timeout = self._load()
+        pt, wm = self._times(timerValues)
+        now = wm if self.mode == "EventTime" else pt
+        if old_timeout is None or not is_due(old_timeout, now):
+            return iter(())  # a stale timer (state removed by TTL, or timeout moved): nothing to do
+        k = self._key(key)
+        state = self._state(value, exists, timerValues, True)
+        outcome = run_call(
+            self.plan.func, k, iter(()), state, flat=self.plan.flat,
+            old_timeout_ms=old_timeout, keep_expired_state=self.plan.keep_expired_state,
+        )
+        return iter(self._commit(k, outcome, old_timeout, True, now))
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
+        n_keys = len(self.plan.key_columns)
+        cols = tuple(initialState[n_keys: n_keys + self.n_state])
+        value = self.codec.decode_columns(cols)
+        timeout = initialState[n_keys + self.n_state] if self.plan.initial_has_timeout else None
+        if self.plan.timeout is GroupStateTimeout.NoTimeout:
+            timeout = None
+        k = self._key(key)
+        self._store(k, True, value, timeout)
+        if self.timers and timeout is not None:
+            self.handle.registerTimer(timeout + 1)
+
+    def close(self) -> None:
+        pass
+
+
+class TransformWithStateEngine(Engine):
+    """Runs a plan with ``groupBy(keys).transformWithState`` (PySpark >= 4.1)."""
+
+    name = "tws"
+
+    def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
+        grouped = df.groupBy(*plan.key_columns)
+        init = initial_state.groupBy(*plan.key_columns) if initial_state is not None else None
+        return grouped.transformWithState(
+            statefulProcessor=_Processor(plan),
+            outputStructType=plan.output_schema,
+            outputMode="Append" if plan.output_mode == "append" else "Update",
+            timeMode=time_mode(plan),
+            initialState=init,
+        )

@@ -1,0 +1,306 @@
+"""The per-key state handle and the rules that decide timeouts and expiry.
+
+This module is the one place where the semantics live: the Spark engine and the no-Spark
+harness (:mod:`sparkstate.testing`) both run a key through :func:`run_call` and act on the
+:class:`Outcome` it returns, so they cannot drift apart.
+
+>>> s = GroupState(GroupStateTimeout.ProcessingTimeTimeout, batch_time_ms=1_000)
+>>> s.exists
+False
+>>> s.update(3); s.setTimeoutDuration("1 minute")
+>>> s.get, s.timeout_ms
+(3, 61000)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from .durations import Duration, Instant, instant_ms, positive_ms, utc
+from .errors import StateNotFoundError, TimeoutConfigError, UserFunctionError
+
+
+class GroupStateTimeout(str, enum.Enum):
+    """How keys of a query time out. Compares equal to the plain strings PySpark uses."""
+
+    NoTimeout = "NoTimeout"
+    ProcessingTimeTimeout = "ProcessingTimeTimeout"
+    EventTimeTimeout = "EventTimeTimeout"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: Any) -> "GroupStateTimeout":
+        if isinstance(value, cls):
+            return value
+        if value is None:
+            return cls.NoTimeout
+        for member in cls:
+            if isinstance(value, str) and value.lower() == member.value.lower():
+                return member
+        raise TimeoutConfigError(
+            f"timeout: expected one of {', '.join(m.value for m in cls)} (ss.GroupStateTimeout.…), got {value!r}"
+        )
+
+
+NO_WATERMARK = -1
+
+
+class GroupState:
+    """The ``state`` argument of a ``map_groups_with_state`` function, for one key and one call.
+
+    Names follow ``pyspark.sql.streaming.state.GroupState`` (properties ``exists``, ``get``,
+    ``getOption``, ``hasTimedOut``; methods for the rest), so functions written for
+    ``applyInPandasWithState`` port unchanged.
+    """
+
+    __slots__ = (
+        "_conf", "_value", "_exists", "_timed_out", "_batch_ms", "_watermark_ms", "_has_watermark",
+        "_timeout_ms", "_updated", "_removed", "_timeout_set",
+    )
+
+    def __init__(
+        self,
+        timeout_conf: GroupStateTimeout = GroupStateTimeout.NoTimeout,
+        *,
+        value: Any = None,
+        exists: bool = False,
+        has_timed_out: bool = False,
+        batch_time_ms: int = 0,
+        watermark_ms: int = NO_WATERMARK,
+        has_watermark: bool = False,
+    ) -> None:
+        self._conf = timeout_conf
+        self._value = value
+        self._exists = exists
+        self._timed_out = has_timed_out
+        self._batch_ms = batch_time_ms
+        self._watermark_ms = watermark_ms
+        self._has_watermark = has_watermark
+        # As in Spark, the timeout is reset at every call: the function sets it again or it is gone.
+        self._timeout_ms: int | None = None
+        self._updated = False
+        self._removed = False
+        self._timeout_set = False
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def exists(self) -> bool:
+        """Whether state exists for this key."""
+        return self._exists
+
+    @property
+    def get(self) -> Any:
+        """The state value; raises :class:`StateNotFoundError` when there is none."""
+        if not self._exists:
+            raise StateNotFoundError(
+                "state.get: this key has no state. Check state.exists first, or use state.getOption"
+                " (None when there is no state)."
+            )
+        return self._value
+
+    @property
+    def getOption(self) -> Any:
+        """The state value, or ``None`` when there is none."""
+        return self._value if self._exists else None
+
+    @property
+    def hasTimedOut(self) -> bool:
+        """``True`` only inside a call made because this key's timeout fired."""
+        return self._timed_out
+
+    # -- writing ------------------------------------------------------------------------------
+    def update(self, value: Any) -> None:
+        """Set the state. ``None`` is not a state: use :meth:`remove`."""
+        if value is None:
+            raise ValueError("state.update(None): None cannot be stored as state; call state.remove() instead.")
+        self._value = value
+        self._exists = True
+        self._updated = True
+        self._removed = False
+
+    def remove(self) -> None:
+        """Remove the state of this key, and its timeout."""
+        self._value = None
+        self._exists = False
+        self._removed = True
+        self._updated = False
+        self._timeout_ms = None
+        self._timeout_set = False
+
+    def setTimeoutDuration(self, duration: Duration) -> None:
+        """Time this key out ``duration`` after the current batch's processing time.
+
+        ``duration``: milliseconds, a ``timedelta`` or a string such as ``"1 minute"``.
+        Only with ``GroupStateTimeout.ProcessingTimeTimeout``.
+        """
+        if self._conf is not GroupStateTimeout.ProcessingTimeTimeout:
+            raise TimeoutConfigError(
+                f"state.setTimeoutDuration needs timeout=GroupStateTimeout.ProcessingTimeTimeout, but this query"
+                f" uses {self._conf.value}. Pass timeout=ss.GroupStateTimeout.ProcessingTimeTimeout to the"
+                f" operator{', or use state.setTimeoutTimestamp for event time' if self._conf is GroupStateTimeout.EventTimeTimeout else ''}."
+            )
+        ms = positive_ms(duration, "state.setTimeoutDuration")
+        self._timeout_ms = self._batch_ms + ms
+        self._timeout_set = True
+
+    def setTimeoutTimestamp(self, timestamp: Instant, additional: Duration | None = None) -> None:
+        """Time this key out when the watermark passes ``timestamp`` (+ ``additional``).
+
+        ``timestamp``: epoch ms or a ``datetime``. Only with ``GroupStateTimeout.EventTimeTimeout``.
+        A timestamp earlier than the current watermark raises ``ValueError``.
+        """
+        if self._conf is not GroupStateTimeout.EventTimeTimeout:
+            raise TimeoutConfigError(
+                f"state.setTimeoutTimestamp needs timeout=GroupStateTimeout.EventTimeTimeout, but this query"
+                f" uses {self._conf.value}. Pass timeout=ss.GroupStateTimeout.EventTimeTimeout (and define a"
+                f" watermark with withWatermark){', or use state.setTimeoutDuration for processing time' if self._conf is GroupStateTimeout.ProcessingTimeTimeout else ''}."
+            )
+        ms = instant_ms(timestamp, "state.setTimeoutTimestamp")
+        if additional is not None:
+            ms += positive_ms(additional, "state.setTimeoutTimestamp(additional=…)")
+        if self._watermark_ms != NO_WATERMARK and ms < self._watermark_ms:
+            raise ValueError(
+                f"Timeout timestamp ({ms}, {utc(ms):%Y-%m-%d %H:%M:%S.%f} UTC) cannot be earlier than the current"
+                f" watermark ({self._watermark_ms}, {utc(self._watermark_ms):%Y-%m-%d %H:%M:%S.%f} UTC)."
+                " Base the timeout on the watermark, e.g."
+                " state.setTimeoutTimestamp(state.getCurrentWatermarkMs() + gap_ms)."
+            )
+        self._timeout_ms = ms
+        self._timeout_set = True
+
+    # -- time ---------------------------------------------------------------------------------
+    def getCurrentWatermarkMs(self) -> int:
+        """The event-time watermark of this batch, in epoch ms."""
+        if not self._has_watermark:
+            raise TimeoutConfigError(
+                "state.getCurrentWatermarkMs: the query defines no watermark. Call"
+                " df.withWatermark(\"event_time\", \"10 seconds\") before the operator."
+            )
+        return self._watermark_ms
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        """The processing time of this batch, in epoch ms."""
+        return self._batch_ms
+
+    # -- for the runners ----------------------------------------------------------------------
+    @property
+    def timeout_ms(self) -> int | None:
+        """The timeout set during this call (epoch ms), or ``None``."""
+        return self._timeout_ms
+
+    def __repr__(self) -> str:
+        shown = repr(self._value) if self._exists else "<none>"
+        return f"GroupState({shown}, timeout_ms={self._timeout_ms}, hasTimedOut={self._timed_out})"
+
+
+class State:
+    """The ``state`` argument of a ``map_with_state`` function (DStream names: methods only)."""
+
+    __slots__ = ("_g", "_timing_out")
+
+    def __init__(self, group_state: GroupState, timing_out: bool = False) -> None:
+        self._g = group_state
+        self._timing_out = timing_out
+
+    def exists(self) -> bool:
+        """Whether state exists for this key."""
+        return self._g.exists
+
+    def get(self) -> Any:
+        """The state; raises :class:`StateNotFoundError` when there is none."""
+        return self._g.get
+
+    def getOption(self) -> Any:
+        """The state, or ``None``."""
+        return self._g.getOption
+
+    def update(self, value: Any) -> None:
+        """Set the state. Not allowed while the key is timing out (it is removed after the call)."""
+        if self._timing_out:
+            raise TimeoutConfigError(
+                "state.update: this key is timing out and its state is removed after this call;"
+                " it cannot be updated. Return the final output instead."
+            )
+        self._g.update(value)
+
+    def remove(self) -> None:
+        """Remove the state of this key."""
+        self._g.remove()
+
+    def isTimingOut(self) -> bool:
+        """Whether this call is the last one for a key that timed out (``value`` is ``None``)."""
+        return self._timing_out
+
+    def __repr__(self) -> str:
+        return f"State({self._g.getOption!r}, timingOut={self._timing_out})"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a call did to a key's state, decided by :func:`run_call`.
+
+    ``write``: the stored row must change (value, existence or timeout).
+    ``exists`` / ``value``: the state after the call. ``timeout_ms``: the pending timeout.
+    """
+
+    outputs: list
+    write: bool
+    exists: bool
+    value: Any
+    timeout_ms: int | None
+
+
+GroupFunc = Callable[[Any, Iterator[Any], GroupState], Any]
+
+
+def run_call(
+    func: GroupFunc,
+    key: Any,
+    values: Iterator[Any],
+    state: GroupState,
+    *,
+    flat: bool,
+    old_timeout_ms: int | None,
+    keep_expired_state: bool,
+) -> Outcome:
+    """Call ``func`` for one key and decide what happens to its state.
+
+    The rules (api.md 1.2-1.3): the timeout is whatever the call set; after a timeout call
+    that neither updated the state nor set a new timeout, the state is removed unless
+    ``keep_expired_state``.
+    """
+    try:
+        result = func(key, values, state)
+        if flat:
+            outputs = [] if result is None else list(result)
+        else:
+            outputs = [] if result is None else [result]
+    except (TimeoutConfigError, StateNotFoundError) as exc:
+        # Misuse of the state API: the message is already the sentence the user needs.
+        raise type(exc)(f"{exc} (key {key!r})") from exc
+    except ValueError as exc:
+        if type(exc) is not ValueError:
+            raise
+        raise ValueError(f"{exc} (key {key!r})") from exc
+    except Exception as exc:
+        raise UserFunctionError(
+            f"the state function {getattr(func, '__name__', func)!r} raised {type(exc).__name__}: {exc}"
+            f" (key {key!r}). Fix the function and restart the query on the same checkpoint:"
+            " the failed batch is processed again."
+        ) from exc
+
+    if state._timed_out and not keep_expired_state and not state._updated and not state._timeout_set:
+        if state._exists:
+            state.remove()
+    timeout_ms = state._timeout_ms
+    write = state._updated or state._removed or timeout_ms != old_timeout_ms
+    return Outcome(outputs, write, state._exists, state._value, timeout_ms)
+
+
+def is_due(timeout_ms: int, now_ms: int) -> bool:
+    """Whether a timeout has passed: strictly before the watermark / processing time, as Spark."""
+    return timeout_ms < now_ms

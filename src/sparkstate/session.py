@@ -1,0 +1,116 @@
+"""A SparkSession with what keyed state needs, and a check of sessions built elsewhere.
+
+>>> import sparkstate as ss
+>>> spark = ss.spark_session()
+>>> spark.conf.get("spark.sql.streaming.stateStore.encodingFormat")
+'avro'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("sparkstate")
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+#: The settings keyed state relies on, with the reason (shown when one is missing).
+REQUIRED_SETTINGS: dict[str, tuple[str, str]] = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        ROCKSDB_PROVIDER, "transformWithState keeps state only in the RocksDB state store"),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": (
+        "true", "checkpoints then write only the changed keys, not a full snapshot"),
+    "spark.sql.streaming.stateStore.encodingFormat": (
+        "avro", "state then survives adding or removing fields of the state type"),
+}
+
+
+def default_config() -> dict[str, str]:
+    """The configuration :func:`spark_session` applies (before the caller's ``config``)."""
+    cores = os.cpu_count() or 2
+    cfg = {k: v for k, (v, _) in REQUIRED_SETTINGS.items()}
+    cfg.update({
+        "spark.sql.shuffle.partitions": str(cores),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
+        "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "true",
+        "spark.python.worker.faulthandler.enabled": "true",
+        "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
+    })
+    return cfg
+
+
+def _point_workers_at_this_python() -> None:
+    # Workers start `python3` from PATH unless told otherwise, which may lack pandas/pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def spark_session(
+    app_name: str = "sparkstate",
+    master: str | None = None,
+    config: Mapping[str, str] | None = None,
+) -> "SparkSession":
+    """Return (or reuse) a SparkSession set up for keyed state.
+
+    RocksDB state store with changelog checkpointing, Avro state encoding, shuffle partitions
+    = the machine's cores, UTC session time zone, quiet logs. ``master=None`` means
+    ``local[*]`` unless one is already configured (spark-submit). ``config`` wins over all.
+    """
+    _point_workers_at_this_python()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    elif active is None and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
+            and not os.environ.get("SPARK_MASTER"):
+        builder = builder.config("spark.master", os.environ.get("SPARKSTATE_MASTER", "local[*]"))
+    settings = default_config()
+    settings.update(config or {})
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    for k, v in settings.items():  # a reused session: apply the runtime-settable SQL settings
+        if k.startswith("spark.sql.") and spark.conf.get(k, None) != v:
+            try:
+                spark.conf.set(k, v)
+            except Exception:  # static settings of an existing session cannot change
+                log.debug("could not set %s on the existing session", k)
+    spark.sparkContext.setLogLevel(os.environ.get("SPARKSTATE_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+_checked: set[int] = set()
+
+
+def check_session(spark: "SparkSession") -> None:
+    """Warn once per session about missing settings; set the state store provider if absent.
+
+    transformWithState cannot run without RocksDB, so the provider is set (with a warning);
+    the others are recommendations.
+    """
+    ident = id(spark)
+    if ident in _checked:
+        return
+    _checked.add(ident)
+    for key, (want, why) in REQUIRED_SETTINGS.items():
+        have = spark.conf.get(key, None)
+        if have is not None and have.lower() == want.lower():
+            continue
+        if key.endswith("providerClass"):
+            spark.conf.set(key, want)
+            warnings.warn(f"sparkstate: set {key}={want} on this session ({why}); it was {have!r}."
+                          " Use ss.spark_session() to start with every setting keyed state needs.", stacklevel=4)
+        else:
+            warnings.warn(f"sparkstate: {key} is {have!r}, recommended {want!r}: {why}."
+                          " Use ss.spark_session(), or set it before the query starts.", stacklevel=4)

@@ -1,0 +1,177 @@
+"""Unit-test a state function without Spark: :class:`GroupStateHarness`.
+
+The harness keeps state in memory and moves time by hand, and it decides timeouts and expiry
+with the same code as the Spark engine (:func:`sparkstate.group_state.run_call`). State goes
+through the same codec as on Spark, so a value that cannot be stored fails here too, and
+mutating a state object without calling ``update`` is lost here as it is on Spark.
+
+>>> import sparkstate as ss
+>>> def count(key, values, state):
+...     if state.hasTimedOut:                    # no update, no new timeout: the state goes away
+...         return (key, state.get, "expired")
+...     n = (state.getOption or 0) + sum(1 for _ in values)
+...     state.update(n)
+...     state.setTimeoutDuration("1 minute")
+...     return (key, n, "open")
+>>> h = ss.testing.GroupStateHarness(count, state_type=int,
+...                                  timeout=ss.GroupStateTimeout.ProcessingTimeTimeout)
+>>> h.feed("u1", ["a", "b"])
+[('u1', 2, 'open')]
+>>> h.advance_processing_time("30 seconds")
+[]
+>>> h.advance_processing_time("31 seconds")
+[('u1', 2, 'expired')]
+>>> h.peek_state("u1") is None
+True
+>>> h.advance_processing_time(-1)
+Traceback (most recent call last):
+...
+ValueError: processing time cannot move backwards: it is 61000 ms, asked for 60999 ms
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .durations import Duration, Instant, instant_ms, to_ms
+from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, is_due, run_call
+from .types import Codec
+
+__all__ = ["GroupStateHarness", "ManualClock"]
+
+
+class ManualClock:
+    """A clock that moves only when told to, and never backwards."""
+
+    def __init__(self, start_ms: int = 0) -> None:
+        self.now_ms = start_ms
+
+    def set(self, ms: int, what: str = "processing time") -> None:
+        if ms < self.now_ms:
+            raise ValueError(f"{what} cannot move backwards: it is {self.now_ms} ms, asked for {ms} ms")
+        self.now_ms = ms
+
+
+@dataclass
+class _Slot:
+    encoded: Any
+    exists: bool
+    timeout_ms: int | None
+
+
+class GroupStateHarness:
+    """Run a ``map_groups_with_state`` function on in-memory state with a manual clock.
+
+    Arguments are those of :func:`sparkstate.map_groups_with_state` that make sense without
+    Spark. ``start_time_ms`` is the initial processing time; the watermark starts at 0 with
+    ``EventTimeTimeout``, as in Spark's first batch.
+    """
+
+    def __init__(
+        self,
+        func: GroupFunc,
+        state_type: Any = None,
+        timeout: GroupStateTimeout | str = GroupStateTimeout.NoTimeout,
+        keep_expired_state: bool = False,
+        flat: bool = False,
+        *,
+        start_time_ms: int = 0,
+    ) -> None:
+        if not callable(func):
+            raise TypeError(f"GroupStateHarness: func must be callable, got {func!r}")
+        self.func = func
+        self.timeout = GroupStateTimeout.parse(timeout)
+        self.keep_expired_state = keep_expired_state
+        self.flat = flat
+        self._codec = Codec.of(state_type) if state_type is not None else None
+        self._clock = ManualClock(start_time_ms)
+        self._event_time = self.timeout is GroupStateTimeout.EventTimeTimeout
+        self._watermark = ManualClock(0)
+        self._slots: dict[Any, _Slot] = {}
+
+    # -- time ---------------------------------------------------------------------------------
+    @property
+    def processing_time_ms(self) -> int:
+        return self._clock.now_ms
+
+    @property
+    def watermark_ms(self) -> int:
+        return self._watermark.now_ms if self._event_time else NO_WATERMARK
+
+    def advance_processing_time(self, duration: Duration) -> list:
+        """Move processing time forward by ``duration``; return the outputs of timeouts that fired."""
+        ms = to_ms(duration, "advance_processing_time")
+        self._clock.set(self._clock.now_ms + ms)
+        if self.timeout is GroupStateTimeout.ProcessingTimeTimeout:
+            return self._fire(self._clock.now_ms)
+        return []
+
+    def advance_watermark(self, watermark: Instant) -> list:
+        """Set the event-time watermark (epoch ms or datetime); return the outputs of timeouts that fired."""
+        self._watermark.set(instant_ms(watermark, "advance_watermark"), "the watermark")
+        if self._event_time:
+            return self._fire(self._watermark.now_ms)
+        return []
+
+    # -- data ---------------------------------------------------------------------------------
+    def feed(self, key: Any, values: Iterable[Any]) -> list:
+        """Call the function for ``key`` with new ``values``; return what it output."""
+        return self._call(key, iter(list(values)), timed_out=False)
+
+    def set_state(self, key: Any, value: Any, timeout_ms: int | None = None) -> None:
+        """Seed the state of a key, as ``initial_state`` does on Spark."""
+        self._slots[key] = _Slot(self._encode(value), True, timeout_ms)
+
+    def peek_state(self, key: Any) -> Any:
+        """The state of ``key``, or ``None``."""
+        slot = self._slots.get(key)
+        return self._decode(slot.encoded) if slot and slot.exists else None
+
+    def peek_timeout_ms(self, key: Any) -> int | None:
+        """The pending timeout of ``key`` (epoch ms), or ``None``."""
+        slot = self._slots.get(key)
+        return slot.timeout_ms if slot else None
+
+    def keys(self) -> list:
+        """Keys that have state or a pending timeout."""
+        return list(self._slots)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _encode(self, value: Any) -> Any:
+        return self._codec.encode(value) if self._codec else value
+
+    def _decode(self, encoded: Any) -> Any:
+        return self._codec.decode(encoded) if self._codec else encoded
+
+    def _fire(self, now_ms: int) -> list:
+        due = [(s.timeout_ms, i, k) for i, (k, s) in enumerate(self._slots.items())
+               if s.timeout_ms is not None and is_due(s.timeout_ms, now_ms)]
+        outputs: list = []
+        for _, _, key in sorted(due, key=lambda t: (t[0], t[1])):
+            outputs.extend(self._call(key, iter(()), timed_out=True))
+        return outputs
+
+    def _call(self, key: Any, values: Any, timed_out: bool) -> list:
+        slot = self._slots.get(key)
+        state = GroupState(
+            self.timeout,
+            value=self._decode(slot.encoded) if slot and slot.exists else None,
+            exists=bool(slot and slot.exists),
+            has_timed_out=timed_out,
+            batch_time_ms=self._clock.now_ms,
+            watermark_ms=self.watermark_ms,
+            has_watermark=self._event_time,
+        )
+        outcome = run_call(
+            self.func, key, values, state, flat=self.flat,
+            old_timeout_ms=slot.timeout_ms if slot else None,
+            keep_expired_state=self.keep_expired_state,
+        )
+        if outcome.write:
+            if outcome.exists or outcome.timeout_ms is not None:
+                encoded = self._encode(outcome.value) if outcome.exists else None
+                self._slots[key] = _Slot(encoded, outcome.exists, outcome.timeout_ms)
+            else:
+                self._slots.pop(key, None)
+        return outcome.outputs

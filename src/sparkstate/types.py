@@ -1,0 +1,462 @@
+"""Python types <-> Spark types, and the codecs that move values between them.
+
+Encoding is driven by the Spark type: a struct accepts a dataclass instance, a dict, a
+``Row`` or a tuple; an array a list; a map a dict. Decoding is driven by the Python type:
+dataclasses are rebuilt positionally, and a stored null in a field that is not ``Optional``
+takes the field's default (this is how a state written before a field was added reads back).
+
+Every encoder and decoder is compiled once per type into a closure, so the per-value cost
+is a few attribute reads, not a walk over type annotations.
+
+>>> from dataclasses import dataclass
+>>> @dataclass
+... class Visit:
+...     user: str
+...     pages: list[str]
+...     count: int = 0
+>>> spark_type_of(Visit).simpleString()
+'struct<user:string,pages:array<string>,count:bigint>'
+>>> codec = Codec.of(Visit)
+>>> codec.decode(codec.encode(Visit("a", ["p1"], 2)))
+Visit(user='a', pages=['p1'], count=2)
+>>> codec.decode(("a", ["p1"], None))   # a row written before `count` existed
+Visit(user='a', pages=['p1'], count=0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import decimal
+import types as _pytypes
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pyspark.sql import Row
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from .errors import StateTypeError
+
+_PRIMITIVES: dict[type, DataType] = {
+    bool: BooleanType(),
+    int: LongType(),
+    float: DoubleType(),
+    str: StringType(),
+    bytes: BinaryType(),
+    _dt.datetime: TimestampType(),
+    _dt.date: DateType(),
+    decimal.Decimal: DecimalType(38, 18),
+}
+PRIMITIVE_TYPES = tuple(_PRIMITIVES)
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+_FRACTIONAL = (FloatType, DoubleType)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is getattr(_pytypes, "UnionType", None):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0], True
+        raise StateTypeError(f"unions other than Optional[T] cannot be stored; got {tp!r}")
+    return tp, False
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception as exc:  # forward refs that do not resolve
+        raise StateTypeError(
+            f"cannot read the type annotations of dataclass {cls.__name__}: {exc}."
+            " Define the dataclass at module level with importable annotations."
+        ) from exc
+
+
+def is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def spark_type_of(tp: Any, where: str = "type") -> DataType:
+    """The Spark type for a Python type annotation; raises ``StateTypeError`` naming ``where``.
+
+    >>> spark_type_of(dict[str, list[int]]).simpleString()
+    'map<string,array<bigint>>'
+    """
+    tp, _ = _unwrap_optional(tp)
+    if isinstance(tp, DataType):
+        return tp
+    if tp in _PRIMITIVES:
+        return _PRIMITIVES[tp]
+    if is_dataclass_type(tp):
+        hints = _hints(tp)
+        return StructType(
+            [
+                StructField(f.name, spark_type_of(hints[f.name], f"{where}.{f.name}"), True)
+                for f in dataclasses.fields(tp)
+            ]
+        )
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, typing.List, tuple) or tp in (list, dict, tuple):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            raise StateTypeError(
+                f"{where}: fixed-size tuples cannot be stored; use tuple[T, ...], list[T] or a dataclass"
+            )
+        if not args:
+            raise StateTypeError(f"{where}: a bare {getattr(tp, '__name__', tp)} needs its element type, e.g. list[str]")
+        return ArrayType(spark_type_of(args[0], f"{where}[]"), True)
+    if origin is dict:
+        if len(args) != 2:
+            raise StateTypeError(f"{where}: dict needs key and value types, e.g. dict[str, int]")
+        return MapType(spark_type_of(args[0], f"{where}.key"), spark_type_of(args[1], f"{where}.value"), True)
+    if tp is dict:
+        raise StateTypeError(f"{where}: a bare dict needs key and value types, e.g. dict[str, int]")
+    supported = "int, float, str, bool, bytes, datetime, date, Decimal, dataclasses, list[T], dict[K, V], Optional[T]"
+    raise StateTypeError(f"{where}: type {tp!r} cannot be stored; supported: {supported}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding: Python value -> the external form PySpark accepts for a Spark type.
+# ---------------------------------------------------------------------------------------------
+
+def _type_error(where: str, expected: str, value: Any) -> StateTypeError:
+    return StateTypeError(f"{where}: expected {expected}, got {type(value).__name__} {value!r}")
+
+
+def encoder_for(dt: DataType, where: str = "value") -> Callable[[Any], Any]:
+    """A function turning a Python value into the external value for Spark type ``dt``."""
+    if isinstance(dt, StructType):
+        return _struct_encoder(dt, where)
+    if isinstance(dt, ArrayType):
+        elem = encoder_for(dt.elementType, f"{where}[]")
+
+        def enc_array(v: Any) -> Any:
+            if v is None:
+                return None
+            if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
+                raise _type_error(where, "a list", v)
+            return [elem(x) for x in v]
+
+        return enc_array
+    if isinstance(dt, MapType):
+        kenc = encoder_for(dt.keyType, f"{where}.key")
+        venc = encoder_for(dt.valueType, f"{where}.value")
+
+        def enc_map(v: Any) -> Any:
+            if v is None:
+                return None
+            if not isinstance(v, dict):
+                raise _type_error(where, "a dict", v)
+            return {kenc(k): venc(x) for k, x in v.items()}
+
+        return enc_map
+    return _primitive_encoder(dt, where)
+
+
+def _primitive_encoder(dt: DataType, where: str) -> Callable[[Any], Any]:
+    if isinstance(dt, BooleanType):
+        ok: tuple[type, ...] = (bool,)
+        name = "a bool"
+    elif isinstance(dt, _INTEGRAL):
+        def enc_int(v: Any) -> Any:
+            if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+                return v
+            raise _type_error(where, "an int", v)
+        return enc_int
+    elif isinstance(dt, _FRACTIONAL):
+        def enc_float(v: Any) -> Any:
+            if v is None or isinstance(v, float):
+                return v
+            if isinstance(v, int) and not isinstance(v, bool):
+                return float(v)
+            raise _type_error(where, "a float", v)
+        return enc_float
+    elif isinstance(dt, StringType):
+        ok, name = (str,), "a str"
+    elif isinstance(dt, BinaryType):
+        ok, name = (bytes, bytearray), "bytes"
+    elif isinstance(dt, (TimestampType, TimestampNTZType)):
+        ok, name = (_dt.datetime,), "a datetime"
+    elif isinstance(dt, DateType):
+        def enc_date(v: Any) -> Any:
+            if v is None or (isinstance(v, _dt.date) and not isinstance(v, _dt.datetime)):
+                return v
+            raise _type_error(where, "a date", v)
+        return enc_date
+    elif isinstance(dt, DecimalType):
+        ok, name = (decimal.Decimal, int), "a Decimal"
+    else:
+        return lambda v: v
+
+    def enc(v: Any) -> Any:
+        if v is None or isinstance(v, ok):
+            return v
+        raise _type_error(where, name, v)
+
+    return enc
+
+
+def _struct_encoder(st: StructType, where: str) -> Callable[[Any], Any]:
+    names = tuple(st.names)
+    encs = tuple(encoder_for(f.dataType, f"{where}.{f.name}") for f in st.fields)
+    pairs = tuple(zip(names, encs))
+    factory = Row(*names)
+    n = len(names)
+
+    def enc_struct(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, Row) and hasattr(v, "__fields__"):
+            d = v.asDict()
+            return factory(*[e(_field(d, k, where)) for k, e in pairs])
+        if isinstance(v, dict):
+            return factory(*[e(_field(v, k, where)) for k, e in pairs])
+        if isinstance(v, (tuple, list)):
+            if len(v) != n:
+                raise StateTypeError(
+                    f"{where}: expected {n} values ({', '.join(names)}), got a {type(v).__name__} of {len(v)}: {v!r}"
+                )
+            return factory(*[e(x) for (_, e), x in zip(pairs, v)])
+        if dataclasses.is_dataclass(v):
+            try:
+                return factory(*[e(getattr(v, k)) for k, e in pairs])
+            except AttributeError as exc:
+                raise StateTypeError(
+                    f"{where}: expected fields {', '.join(names)}; {type(v).__name__} has no {exc.name!r}"
+                ) from None
+        raise _type_error(where, f"a dataclass, dict, Row or tuple with fields {', '.join(names)}", v)
+
+    return enc_struct
+
+
+def _field(d: dict, k: str, where: str) -> Any:
+    try:
+        return d[k]
+    except KeyError:
+        raise StateTypeError(f"{where}: missing field {k!r}; got fields {', '.join(map(str, d))}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding: the external value Spark hands to Python -> the Python type.
+# ---------------------------------------------------------------------------------------------
+
+def _identity(v: Any) -> Any:
+    return v
+
+
+def decoder_for(tp: Any) -> Callable[[Any], Any]:
+    """A function rebuilding a value of Python type ``tp`` from what Spark returns."""
+    tp, _ = _unwrap_optional(tp)
+    if is_dataclass_type(tp):
+        return _dataclass_decoder(tp)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, tuple):
+        elem = decoder_for(args[0])
+        conv = tuple if origin is tuple else list
+        if elem is _identity and conv is list:
+            return lambda v: None if v is None else list(v)
+        return lambda v: None if v is None else conv(elem(x) for x in v)
+    if origin is dict:
+        kdec, vdec = decoder_for(args[0]), decoder_for(args[1])
+        if kdec is _identity and vdec is _identity:
+            return lambda v: None if v is None else dict(v)
+        return lambda v: None if v is None else {kdec(k): vdec(x) for k, x in v.items()}
+    if tp is float:
+        return lambda v: None if v is None else float(v)
+    return _identity
+
+
+def _dataclass_decoder(cls: type) -> Callable[[Any], Any]:
+    hints = _hints(cls)
+    plan = []
+    for f in dataclasses.fields(cls):
+        inner, optional = _unwrap_optional(hints[f.name])
+        if f.default is not dataclasses.MISSING:
+            default: Callable[[], Any] | None = (lambda d=f.default: d)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory  # type: ignore[misc]
+        else:
+            default = None
+        plan.append((f.name, decoder_for(inner), None if optional else default, f.init))
+    plan_t = tuple(plan)
+    all_init = all(p[3] for p in plan_t)
+
+    def dec(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, dict):
+            vals = [v.get(name) for name, *_ in plan_t]
+        else:
+            vals = v
+        out = []
+        for (name, d, default, _), x in zip(plan_t, vals):
+            if x is None:
+                out.append(default() if default is not None else None)
+            else:
+                out.append(d(x))
+        if all_init:
+            return cls(*out)
+        obj = cls(**{p[0]: x for p, x in zip(plan_t, out) if p[3]})
+        for p, x in zip(plan_t, out):
+            if not p[3]:
+                object.__setattr__(obj, p[0], x)
+        return obj
+
+    return dec
+
+
+# ---------------------------------------------------------------------------------------------
+# Codecs
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Codec:
+    """A Python type with its Spark type, encoder and decoder.
+
+    ``fields`` are the top-level column names this type occupies in a row: a dataclass
+    spreads over its fields, anything else sits in one column called ``value``.
+    """
+
+    py_type: Any
+    spark_type: DataType
+    fields: tuple[str, ...]
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+    @property
+    def is_struct(self) -> bool:
+        return isinstance(self.spark_type, StructType)
+
+    @property
+    def columns(self) -> StructType:
+        """The columns this type takes in a flat row (dataclass fields, or ``value``)."""
+        if isinstance(self.spark_type, StructType):
+            return self.spark_type
+        return StructType([StructField("value", self.spark_type, True)])
+
+    def encode_columns(self, value: Any) -> tuple:
+        """``value`` as a tuple of column values (see :attr:`columns`)."""
+        enc = self.encode(value)
+        return tuple(enc) if self.is_struct else (enc,)
+
+    def decode_columns(self, cols: Any) -> Any:
+        """Inverse of :meth:`encode_columns`."""
+        return self.decode(cols) if self.is_struct else self.decode(cols[0])
+
+    @staticmethod
+    def of(tp: Any, where: str = "state_type") -> "Codec":
+        """Build the codec of a dataclass, primitive, list or dict type."""
+        inner, _ = _unwrap_optional(tp)
+        st = spark_type_of(inner, where)
+        fields = tuple(st.names) if isinstance(st, StructType) else ("value",)
+        enc = encoder_for(st, where)
+        return Codec(inner, st, fields, enc, decoder_for(inner))
+
+
+def parse_schema(spec: Any, where: str = "output_type") -> StructType:
+    """A ``StructType`` from a dataclass, a ``StructType`` or a DDL string.
+
+    >>> parse_schema("word string, count long").simpleString()
+    'struct<word:string,count:bigint>'
+    """
+    if isinstance(spec, StructType):
+        return spec
+    if is_dataclass_type(spec):
+        return spark_type_of(spec, where)  # type: ignore[return-value]
+    if isinstance(spec, str):
+        try:
+            parsed = _parse_ddl(spec)
+        except Exception as exc:
+            raise StateTypeError(
+                f"{where}: {spec!r} is not a valid DDL schema (e.g. 'word string, count long'): {exc}"
+            ) from None
+        if isinstance(parsed, StructType):
+            return parsed
+        raise StateTypeError(f"{where}: expected a list of columns such as 'word string, count long', got {spec!r}")
+    if spec in _PRIMITIVES:
+        raise StateTypeError(
+            f"{where}: expected a dataclass, a StructType or a DDL string of columns, got {spec.__name__};"
+            f" for a single column write e.g. 'value {_PRIMITIVES[spec].simpleString()}'"
+        )
+    raise StateTypeError(f"{where}: expected a dataclass, a StructType or a DDL string, got {spec!r}")
+
+
+def _parse_ddl(ddl: str) -> DataType:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        return spark._parse_ddl(ddl)  # type: ignore[attr-defined]
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl)
+
+
+def compatible(declared: DataType, actual: DataType) -> bool:
+    """Whether a column of Spark type ``actual`` can feed a field declared as ``declared``."""
+    if isinstance(declared, _INTEGRAL) and isinstance(actual, _INTEGRAL):
+        return True
+    if isinstance(declared, _FRACTIONAL) and isinstance(actual, _INTEGRAL + _FRACTIONAL):
+        return True
+    if isinstance(declared, TimestampType) and isinstance(actual, (TimestampType, TimestampNTZType)):
+        return True
+    if isinstance(declared, StructType) and isinstance(actual, StructType):
+        have = {f.name: f.dataType for f in actual.fields}
+        return all(f.name in have and compatible(f.dataType, have[f.name]) for f in declared.fields)
+    if isinstance(declared, ArrayType) and isinstance(actual, ArrayType):
+        return compatible(declared.elementType, actual.elementType)
+    if isinstance(declared, MapType) and isinstance(actual, MapType):
+        return compatible(declared.keyType, actual.keyType) and compatible(declared.valueType, actual.valueType)
+    return type(declared) is type(actual) and (
+        not isinstance(declared, DecimalType) or declared == actual  # type: ignore[comparison-overlap]
+    )
+
+
+def record_decoder(value_type: Any, schema: StructType, where: str = "value_type") -> Callable[[Any], Any]:
+    """Rebuild ``value_type`` dataclasses from input rows of ``schema``, checking fields now.
+
+    Fields are looked up by name; columns the dataclass does not declare are ignored.
+    """
+    if not is_dataclass_type(value_type):
+        raise StateTypeError(f"{where}: expected a dataclass, got {value_type!r}")
+    declared = spark_type_of(value_type, where)
+    have = {f.name: (i, f.dataType) for i, f in enumerate(schema.fields)}
+    problems = []
+    positions = []
+    for f in declared.fields:  # type: ignore[union-attr]
+        if f.name not in have:
+            problems.append(f"field {f.name!r} has no column (columns: {', '.join(schema.names)})")
+            continue
+        idx, actual = have[f.name]
+        if not compatible(f.dataType, actual):
+            problems.append(
+                f"field {f.name!r} is {f.dataType.simpleString()} but the column is {actual.simpleString()}"
+            )
+        positions.append(idx)
+    if problems:
+        raise StateTypeError(f"{where} {value_type.__name__} does not match the input: " + "; ".join(problems))
+    dec = _dataclass_decoder(value_type)
+    pos = tuple(positions)
+    return lambda row: dec([row[i] for i in pos])

@@ -1,0 +1,33 @@
+"""One local SparkSession for the whole run, and helpers to drive streams deterministically."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# Workers must import test modules (state dataclasses and functions defined in them).
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT), str(ROOT / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import sparkstate as ss
+
+    session = ss.spark_session(
+        "sparkstate-tests",
+        master="local[2]",
+        config={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _doctest_spark(doctest_namespace):
+    doctest_namespace["ROOT"] = ROOT
