@@ -25,6 +25,12 @@ def spark():
         config={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
     )
     yield session
+    from tests import streams
+
+    if streams._listener is not None:
+        session.streams.removeListener(streams._listener)
+    for q in session.streams.active:
+        q.stop()
     session.stop()
 
 

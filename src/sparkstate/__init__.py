@@ -5,7 +5,7 @@ state, and state that survives restarts and schema changes, on PySpark's transfo
 and the RocksDB state store. The public names are those of ``api.md``.
 """
 
-from . import testing
+from . import pipelines, testing
 from .errors import (
     ConfigError,
     SparkStateError,
@@ -37,6 +37,7 @@ __all__ = [
     "flat_map_groups_with_state",
     "map_groups_with_state",
     "map_with_state",
+    "pipelines",
     "spark_session",
     "testing",
     "update_state_by_key",

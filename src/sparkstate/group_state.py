@@ -49,6 +49,18 @@ class GroupStateTimeout(str, enum.Enum):
 NO_WATERMARK = -1
 
 
+class _ArgumentError(ValueError):
+    """A bad argument to a state method. A ``ValueError``, told apart from the user's own so
+    that :func:`run_call` passes it on (naming the key) instead of wrapping it."""
+
+
+def _checked(convert: Callable[..., int], *args: Any) -> int:
+    try:
+        return convert(*args)
+    except ValueError as exc:
+        raise _ArgumentError(str(exc)) from None
+
+
 class GroupState:
     """The ``state`` argument of a ``map_groups_with_state`` function, for one key and one call.
 
@@ -116,7 +128,7 @@ class GroupState:
     def update(self, value: Any) -> None:
         """Set the state. ``None`` is not a state: use :meth:`remove`."""
         if value is None:
-            raise ValueError("state.update(None): None cannot be stored as state; call state.remove() instead.")
+            raise _ArgumentError("state.update(None): None cannot be stored as state; call state.remove() instead.")
         self._value = value
         self._exists = True
         self._updated = True
@@ -143,7 +155,7 @@ class GroupState:
                 f" uses {self._conf.value}. Pass timeout=ss.GroupStateTimeout.ProcessingTimeTimeout to the"
                 f" operator{', or use state.setTimeoutTimestamp for event time' if self._conf is GroupStateTimeout.EventTimeTimeout else ''}."
             )
-        ms = positive_ms(duration, "state.setTimeoutDuration")
+        ms = _checked(positive_ms, duration, "state.setTimeoutDuration")
         self._timeout_ms = self._batch_ms + ms
         self._timeout_set = True
 
@@ -159,11 +171,11 @@ class GroupState:
                 f" uses {self._conf.value}. Pass timeout=ss.GroupStateTimeout.EventTimeTimeout (and define a"
                 f" watermark with withWatermark){', or use state.setTimeoutDuration for processing time' if self._conf is GroupStateTimeout.ProcessingTimeTimeout else ''}."
             )
-        ms = instant_ms(timestamp, "state.setTimeoutTimestamp")
+        ms = _checked(instant_ms, timestamp, "state.setTimeoutTimestamp")
         if additional is not None:
-            ms += positive_ms(additional, "state.setTimeoutTimestamp(additional=…)")
+            ms += _checked(positive_ms, additional, "state.setTimeoutTimestamp(additional=…)")
         if self._watermark_ms != NO_WATERMARK and ms < self._watermark_ms:
-            raise ValueError(
+            raise _ArgumentError(
                 f"Timeout timestamp ({ms}, {utc(ms):%Y-%m-%d %H:%M:%S.%f} UTC) cannot be earlier than the current"
                 f" watermark ({self._watermark_ms}, {utc(self._watermark_ms):%Y-%m-%d %H:%M:%S.%f} UTC)."
                 " Base the timeout on the watermark, e.g."
@@ -282,9 +294,8 @@ def run_call(
     except (TimeoutConfigError, StateNotFoundError) as exc:
         # Misuse of the state API: the message is already the sentence the user needs.
         raise type(exc)(f"{exc} (key {key!r})") from exc
-    except ValueError as exc:
-        if type(exc) is not ValueError:
-            raise
+    except _ArgumentError as exc:
+        # A bad argument to a state method: the ValueError the contract names, with the key.
         raise ValueError(f"{exc} (key {key!r})") from exc
     except Exception as exc:
         raise UserFunctionError(

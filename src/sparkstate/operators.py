@@ -21,7 +21,7 @@ from pyspark.sql.types import StructField, StructType
 
 from .durations import Duration, positive_ms
 from .engines import StatePlan, get_engine
-from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine
+from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, initial_key_column
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupState, GroupStateTimeout, State
 from .session import check_session
@@ -83,7 +83,8 @@ def _initial_state(
             f" it has {', '.join(initial.columns)}"
         )
     key_types = {f.name: f.dataType for f in df.schema.fields}
-    cols = [F.col(k).cast(key_types[k]).alias(k) for k in keys]
+    # Keys get internal names: a state field may share a key column's name (UserVisit.user_id).
+    cols = [F.col(k).cast(key_types[k]).alias(initial_key_column(i)) for i, k in enumerate(keys)]
     cols += [F.col(f.name).cast(f.dataType).alias(f.name) for f in codec.columns.fields]
     has_timeout = INITIAL_TIMEOUT_COLUMN in initial.columns
     if has_timeout:
@@ -108,6 +109,7 @@ def _build(
     flat: bool,
     engine: str | Engine,
     value_decoder: Callable | None = None,
+    initial_idle_timeout_ms: int | None = None,
 ) -> DataFrame:
     if not isinstance(df, DataFrame):
         raise ConfigError(f"{operator_name}: expected a pyspark DataFrame as input, got {type(df).__name__}")
@@ -155,6 +157,7 @@ def _build(
         has_watermark=watermark,
         streaming=df.isStreaming,
         initial_has_timeout=init_timeout,
+        initial_idle_timeout_ms=initial_idle_timeout_ms,
     )
     return get_engine(engine).apply(df, plan, init_df)
 
@@ -308,7 +311,7 @@ def map_with_state(
         df, operator_name=name, key=key, func=_PerRecord(spec.func, spec.timeout_ms), state_type=state_type,
         output_type=output_type, timeout=timeout, value_type=value_type, initial_state=spec.initial,
         output_mode="update", keep_expired_state=False, state_ttl=None, flat=True, engine=engine,
-        value_decoder=decoder,
+        value_decoder=decoder, initial_idle_timeout_ms=spec.timeout_ms,
     )
 
 
@@ -337,9 +340,10 @@ class _EveryBatch:
     how a key without new records still gets its call (as in the DStream API).
     """
 
-    def __init__(self, func: Callable, codec: Codec, single_key: bool, streaming: bool) -> None:
+    def __init__(self, func: Callable, codec: Codec, single_key: bool, streaming: bool, keep: tuple[int, ...]) -> None:
         self.func = func
         self.codec = codec
+        self.keep = keep  # state columns that are not also key columns
         self.single_key = single_key
         self.streaming = streaming
         self.__name__ = getattr(func, "__name__", "update_state_by_key function")
@@ -354,7 +358,8 @@ class _EveryBatch:
         if self.streaming:
             gstate.setTimeoutDuration(1)
         key_cols = (key,) if self.single_key else tuple(key)
-        return key_cols + self.codec.encode_columns(new)
+        cols = self.codec.encode_columns(new)
+        return key_cols + tuple(cols[i] for i in self.keep)
 
 
 def update_state_by_key(
@@ -370,7 +375,8 @@ def update_state_by_key(
     """DStream ``updateStateByKey``: ``func(new_values, state)`` for every key, every micro-batch.
 
     Returns the new state, or ``None`` to drop the key. Output: the key column(s), then the
-    state's fields (a primitive state: one column ``value``). Like the DStream API this visits
+    state's fields (a primitive state: one column ``value``); a state field named like a key
+    column is shown once, as the key. Like the DStream API this visits
     every key with state in every batch, whatever it costs; prefer ``map_with_state``.
 
     >>> import sparkstate as ss
@@ -393,13 +399,13 @@ def update_state_by_key(
         decoder = operator.itemgetter(df.columns.index(value))
     key_fields = [f for f in df.schema.fields if f.name in keys]
     key_fields.sort(key=lambda f: keys.index(f.name))
-    clash = [f for f in codec.fields if f in keys]
-    if clash:
-        raise StateTypeError(f"{name}: state field(s) {', '.join(clash)} have the name of a key column; rename them")
-    output_schema = StructType([StructField(f.name, f.dataType, True) for f in key_fields] + list(codec.columns.fields))
+    keep = tuple(i for i, f in enumerate(codec.fields) if f not in keys)
+    output_schema = StructType(
+        [StructField(f.name, f.dataType, True) for f in key_fields] + [codec.columns.fields[i] for i in keep]
+    )
     timeout = GroupStateTimeout.ProcessingTimeTimeout if df.isStreaming else GroupStateTimeout.NoTimeout
     return _build(
-        df, operator_name=name, key=keys, func=_EveryBatch(func, codec, len(keys) == 1, df.isStreaming),
+        df, operator_name=name, key=keys, func=_EveryBatch(func, codec, len(keys) == 1, df.isStreaming, keep),
         state_type=state_type, output_type=output_schema, timeout=timeout, value_type=value_type,
         initial_state=None, output_mode="update", keep_expired_state=False, state_ttl=None, flat=False,
         engine=engine, value_decoder=decoder,

@@ -32,9 +32,10 @@ ValueError: processing time cannot move backwards: it is 61000 ms, asked for 609
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Container, Iterable, Mapping
 
 from .durations import Duration, Instant, instant_ms, to_ms
+from .errors import ConfigError, StateTypeError
 from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, is_due, run_call
 from .types import Codec
 
@@ -79,7 +80,9 @@ class GroupStateHarness:
         start_time_ms: int = 0,
     ) -> None:
         if not callable(func):
-            raise TypeError(f"GroupStateHarness: func must be callable, got {func!r}")
+            raise ConfigError(
+                f"GroupStateHarness: expected a function (key, values, state) -> output, got {func!r}"
+            )
         self.func = func
         self.timeout = GroupStateTimeout.parse(timeout)
         self.keep_expired_state = keep_expired_state
@@ -119,6 +122,31 @@ class GroupStateHarness:
         """Call the function for ``key`` with new ``values``; return what it output."""
         return self._call(key, iter(list(values)), timed_out=False)
 
+    def run_batch(
+        self,
+        data: Mapping[Any, Iterable[Any]],
+        *,
+        processing_time: Instant | None = None,
+        watermark: Instant | None = None,
+    ) -> list:
+        """Run one micro-batch as Spark does; return its outputs.
+
+        The clocks move first (to the batch's processing time and watermark, if given), then
+        every key in ``data`` is called with its values, then every other key whose timeout
+        has passed gets its timeout call. A key with data in the batch does not time out in it.
+        """
+        if processing_time is not None:
+            self._clock.set(instant_ms(processing_time, "processing_time"))
+        if watermark is not None:
+            self._watermark.set(instant_ms(watermark, "watermark"), "the watermark")
+        outputs: list = []
+        for key, values in data.items():
+            outputs.extend(self.feed(key, values))
+        now = self._watermark.now_ms if self._event_time else self._clock.now_ms
+        if self.timeout is not GroupStateTimeout.NoTimeout:
+            outputs.extend(self._fire(now, skip=set(data)))
+        return outputs
+
     def set_state(self, key: Any, value: Any, timeout_ms: int | None = None) -> None:
         """Seed the state of a key, as ``initial_state`` does on Spark."""
         self._slots[key] = _Slot(self._encode(value), True, timeout_ms)
@@ -144,9 +172,9 @@ class GroupStateHarness:
     def _decode(self, encoded: Any) -> Any:
         return self._codec.decode(encoded) if self._codec else encoded
 
-    def _fire(self, now_ms: int) -> list:
+    def _fire(self, now_ms: int, skip: Container[Any] = ()) -> list:
         due = [(s.timeout_ms, i, k) for i, (k, s) in enumerate(self._slots.items())
-               if s.timeout_ms is not None and is_due(s.timeout_ms, now_ms)]
+               if s.timeout_ms is not None and is_due(s.timeout_ms, now_ms) and k not in skip]
         outputs: list = []
         for _, _, key in sorted(due, key=lambda t: (t[0], t[1])):
             outputs.extend(self._call(key, iter(()), timed_out=True))
@@ -170,7 +198,12 @@ class GroupStateHarness:
         )
         if outcome.write:
             if outcome.exists or outcome.timeout_ms is not None:
-                encoded = self._encode(outcome.value) if outcome.exists else None
+                try:
+                    encoded = self._encode(outcome.value) if outcome.exists else None
+                except StateTypeError as exc:
+                    raise StateTypeError(
+                        f"GroupStateHarness: the state of key {key!r} cannot be stored: {exc}"
+                    ) from None
                 self._slots[key] = _Slot(encoded, outcome.exists, outcome.timeout_ms)
             else:
                 self._slots.pop(key, None)

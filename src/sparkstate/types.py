@@ -5,6 +5,8 @@ Encoding is driven by the Spark type: a struct accepts a dataclass instance, a d
 dataclasses are rebuilt positionally, and a stored null in a field that is not ``Optional``
 takes the field's default (this is how a state written before a field was added reads back).
 
+Timestamps come back as UTC-aware ``datetime`` objects, as input rows do.
+
 Every encoder and decoder is compiled once per type into a closure, so the per-value cost
 is a few attribute reads, not a walk over type annotations.
 
@@ -73,14 +75,23 @@ _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FRACTIONAL = (FloatType, DoubleType)
 
 
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+def _unwrap_optional(tp: Any, where: str = "type") -> tuple[Any, bool]:
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is getattr(_pytypes, "UnionType", None):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1 and len(typing.get_args(tp)) == 2:
             return args[0], True
-        raise StateTypeError(f"unions other than Optional[T] cannot be stored; got {tp!r}")
+        raise StateTypeError(
+            f"{where}: unions other than Optional[T] cannot be stored; got {tp!r}. Use one type, or a dataclass"
+        )
     return tp, False
+
+
+def _is_primitive(tp: Any) -> bool:
+    try:
+        return tp in _PRIMITIVES
+    except TypeError:  # unhashable, e.g. a list instance passed where a type belongs
+        return False
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -103,10 +114,10 @@ def spark_type_of(tp: Any, where: str = "type") -> DataType:
     >>> spark_type_of(dict[str, list[int]]).simpleString()
     'map<string,array<bigint>>'
     """
-    tp, _ = _unwrap_optional(tp)
+    tp, _ = _unwrap_optional(tp, where)
     if isinstance(tp, DataType):
         return tp
-    if tp in _PRIMITIVES:
+    if _is_primitive(tp):
         return _PRIMITIVES[tp]
     if is_dataclass_type(tp):
         hints = _hints(tp)
@@ -118,7 +129,7 @@ def spark_type_of(tp: Any, where: str = "type") -> DataType:
         )
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if origin in (list, typing.List, tuple) or tp in (list, dict, tuple):
+    if origin in (list, typing.List, tuple) or tp is list or tp is tuple:
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             raise StateTypeError(
                 f"{where}: fixed-size tuples cannot be stored; use tuple[T, ...], list[T] or a dataclass"
@@ -285,7 +296,17 @@ def decoder_for(tp: Any) -> Callable[[Any], Any]:
         return lambda v: None if v is None else {kdec(k): vdec(x) for k, x in v.items()}
     if tp is float:
         return lambda v: None if v is None else float(v)
+    if tp is _dt.datetime:
+        return _to_utc
     return _identity
+
+
+def _to_utc(v: Any) -> Any:
+    # Input rows reach Python as UTC-aware datetimes, but state read back from the JVM is naive
+    # (local time). Hand out one kind: aware, in UTC, so they compare with each other.
+    if v is None:
+        return None
+    return v.astimezone(_dt.timezone.utc)
 
 
 def _dataclass_decoder(cls: type) -> Callable[[Any], Any]:
@@ -302,12 +323,17 @@ def _dataclass_decoder(cls: type) -> Callable[[Any], Any]:
         plan.append((f.name, decoder_for(inner), None if optional else default, f.init))
     plan_t = tuple(plan)
     all_init = all(p[3] for p in plan_t)
+    names = [p[0] for p in plan_t]
 
     def dec(v: Any) -> Any:
         if v is None:
             return None
         if isinstance(v, dict):
-            vals = [v.get(name) for name, *_ in plan_t]
+            vals = [v.get(name) for name in names]
+        elif isinstance(v, Row) and getattr(v, "__fields__", names) != names:
+            # A struct whose fields are in another order (or has others): match by name.
+            have = v.asDict()
+            vals = [have.get(name) for name in names]
         else:
             vals = v
         out = []
@@ -368,7 +394,7 @@ class Codec:
     @staticmethod
     def of(tp: Any, where: str = "state_type") -> "Codec":
         """Build the codec of a dataclass, primitive, list or dict type."""
-        inner, _ = _unwrap_optional(tp)
+        inner, _ = _unwrap_optional(tp, where)
         st = spark_type_of(inner, where)
         fields = tuple(st.names) if isinstance(st, StructType) else ("value",)
         enc = encoder_for(st, where)
@@ -378,8 +404,15 @@ class Codec:
 def parse_schema(spec: Any, where: str = "output_type") -> StructType:
     """A ``StructType`` from a dataclass, a ``StructType`` or a DDL string.
 
-    >>> parse_schema("word string, count long").simpleString()
+    >>> @dataclass
+    ... class WordCount:
+    ...     word: str
+    ...     count: int
+    >>> parse_schema(WordCount).simpleString()
     'struct<word:string,count:bigint>'
+
+    A DDL string such as ``"word string, count long"`` gives the same; it is parsed by Spark,
+    so it needs a running SparkSession.
     """
     if isinstance(spec, StructType):
         return spec
@@ -388,6 +421,11 @@ def parse_schema(spec: Any, where: str = "output_type") -> StructType:
     if isinstance(spec, str):
         try:
             parsed = _parse_ddl(spec)
+        except _NoSpark:
+            raise StateTypeError(
+                f"{where}: reading the DDL string {spec!r} needs a running SparkSession, and there is none."
+                " Start one first (ss.spark_session()), or pass a dataclass or a StructType."
+            ) from None
         except Exception as exc:
             raise StateTypeError(
                 f"{where}: {spec!r} is not a valid DDL schema (e.g. 'word string, count long'): {exc}"
@@ -395,7 +433,7 @@ def parse_schema(spec: Any, where: str = "output_type") -> StructType:
         if isinstance(parsed, StructType):
             return parsed
         raise StateTypeError(f"{where}: expected a list of columns such as 'word string, count long', got {spec!r}")
-    if spec in _PRIMITIVES:
+    if _is_primitive(spec):
         raise StateTypeError(
             f"{where}: expected a dataclass, a StructType or a DDL string of columns, got {spec.__name__};"
             f" for a single column write e.g. 'value {_PRIMITIVES[spec].simpleString()}'"
@@ -403,12 +441,19 @@ def parse_schema(spec: Any, where: str = "output_type") -> StructType:
     raise StateTypeError(f"{where}: expected a dataclass, a StructType or a DDL string, got {spec!r}")
 
 
+class _NoSpark(Exception):
+    """No SparkSession or SparkContext to parse DDL with (PySpark parses DDL in the JVM)."""
+
+
 def _parse_ddl(ddl: str) -> DataType:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
     if spark is not None:
         return spark._parse_ddl(ddl)  # type: ignore[attr-defined]
+    if SparkContext._active_spark_context is None:
+        raise _NoSpark()
     from pyspark.sql.types import _parse_datatype_string
 
     return _parse_datatype_string(ddl)

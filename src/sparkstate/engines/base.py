@@ -54,6 +54,9 @@ class StatePlan:
     has_watermark: bool
     streaming: bool
     initial_has_timeout: bool = False
+    #: Keys loaded from the initial state without a ``timeout_ms`` time out this long after the
+    #: first batch (``map_with_state`` with ``StateSpec.timeout``: they are idle from the start).
+    initial_idle_timeout_ms: int | None = None
 
 
 class Engine(abc.ABC):
@@ -65,10 +68,16 @@ class Engine(abc.ABC):
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
         """Return the output DataFrame of ``plan`` applied to ``df``.
 
-        ``initial_state``, when given, has the key columns (typed as in ``df``), then the
+        ``initial_state``, when given, has the key columns (typed as in ``df``, named
+        :func:`initial_key_column`), then the
         state's columns (``plan.state_codec.columns``), then ``timeout_ms`` when
         ``plan.initial_has_timeout``.
         """
+
+
+def initial_key_column(i: int) -> str:
+    """Name of the i-th key column in the initial-state layout handed to engines."""
+    return f"{RESERVED_PREFIX}key_{i}"
 
 
 ENGINES: dict[str, Callable[[], Engine]] = {}

@@ -17,7 +17,7 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from ..group_state import GroupState, GroupStateTimeout, Outcome, is_due, run_call
 from ..errors import StateTypeError
-from .base import EXISTS_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN, Engine, StatePlan
+from .base import EXISTS_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN, Engine, StatePlan, initial_key_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -153,6 +153,8 @@ class _Processor(StatefulProcessor):
         cols = tuple(initialState[n_keys: n_keys + self.n_state])
         value = self.codec.decode_columns(cols)
         timeout = initialState[n_keys + self.n_state] if self.plan.initial_has_timeout else None
+        if timeout is None and self.plan.initial_idle_timeout_ms is not None:
+            timeout = self._times(timerValues)[0] + self.plan.initial_idle_timeout_ms
         if self.plan.timeout is GroupStateTimeout.NoTimeout:
             timeout = None
         k = self._key(key)
@@ -171,7 +173,9 @@ class TransformWithStateEngine(Engine):
 
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
         grouped = df.groupBy(*plan.key_columns)
-        init = initial_state.groupBy(*plan.key_columns) if initial_state is not None else None
+        init = None
+        if initial_state is not None:
+            init = initial_state.groupBy(*[initial_key_column(i) for i in range(len(plan.key_columns))])
         return grouped.transformWithState(
             statefulProcessor=_Processor(plan),
             outputStructType=plan.output_schema,

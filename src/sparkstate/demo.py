@@ -1,0 +1,243 @@
+"""The demo job: generated clicks -> event-time sessionization -> Parquet, checked against the truth.
+
+What ``sparkstate demo`` runs, as one library call. The generator writes its events into
+``OUT/input`` as several JSON-lines files; a file stream reads them one file per micro-batch;
+:func:`sparkstate.pipelines.sessionize` (event time) turns them into sessions written to
+``OUT/sessions`` (Parquet, Spark's exactly-once file sink) with the checkpoint in
+``OUT/checkpoint``. The run ends by itself once all files are processed and the last
+watermark advance has fired its timeouts (an event-time query goes idle then).
+
+How it ends, honestly: no fake "end of input" event is injected. A session is written once it
+is finished; the sessions whose end + gap the final watermark (the latest event time minus the
+watermark delay) has not yet passed are *still open*: they stay in the state store, are not in
+the output, and are reported as open. The written sessions are compared with the generator's
+reference sessions finished by that same watermark (:func:`~sparkstate.io.reference_sessions`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .durations import Duration
+from .errors import ConfigError
+from .io.generator import EVENT_SCHEMA, Session, generate_events, reference_sessions, write_events
+from .pipelines.sessionize import sessionize
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+#: Marks a directory as made by the demo, so a new run may clear its old subdirectories.
+MARKER = ".sparkstate-demo"
+SUBDIRS = ("input", "sessions", "checkpoint")
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """One finished micro-batch, as reported to ``on_batch``."""
+
+    batch_id: int
+    input_rows: int
+    watermark: str | None
+    keys_in_state: int | None
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What a demo run produced. Counts of sessions come from the Parquet output itself."""
+
+    out_dir: str
+    sessions_dir: str
+    input_dir: str
+    checkpoint_dir: str
+    input_events: int
+    input_users: int
+    input_files: int
+    batches: int
+    sessions_written: int
+    closed_by: dict[str, int]
+    users_with_sessions: int
+    events_in_sessions: int
+    open_sessions: int
+    final_watermark: str | None
+    reference_sessions: int
+    matches_reference: bool
+    seconds: float
+    gap: str
+    watermark_delay: str
+    seed: int
+    mismatches: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON-ready values.
+
+        >>> DemoResult("o", "o/s", "o/i", "o/c", 1, 1, 1, 1, 1, {"timeout": 1}, 1, 1, 0, None, 1,
+        ...            True, 0.5, "1 minute", "10 seconds", 0).to_dict()["sessions_written"]
+        1
+        """
+        return asdict(self)
+
+
+def prepare_out_dir(out: str | Path) -> Path:
+    """Create ``out`` for a demo run, clearing what an earlier demo run left in it.
+
+    A directory that exists, is not empty and was not made by the demo is refused (nothing of
+    the user's is ever deleted).
+
+    >>> import tempfile
+    >>> d = prepare_out_dir(Path(tempfile.mkdtemp()) / "demo")
+    >>> (d / MARKER).exists()
+    True
+    """
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"demo: the output path {path} is a file; pass --out with a directory")
+    if path.is_dir() and any(path.iterdir()) and not (path / MARKER).exists():
+        raise ConfigError(
+            f"demo: {path} exists, is not empty and was not made by `sparkstate demo`;"
+            " pass --out with a new or empty directory"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).write_text("made by `sparkstate demo`; it clears input/, sessions/ and checkpoint/ here\n")
+    for sub in SUBDIRS:
+        shutil.rmtree(path / sub, ignore_errors=True)
+    return path
+
+
+def _batch_info(progress: Any) -> BatchInfo:
+    ops = progress.stateOperators or []
+    return BatchInfo(
+        batch_id=progress.batchId,
+        input_rows=progress.numInputRows,
+        watermark=(progress.eventTime or {}).get("watermark"),
+        keys_in_state=ops[0].numRowsTotal if ops else None,
+    )
+
+
+def _progress_listener(query_id: Callable[[], Any], on_batch: Callable[[BatchInfo], None]) -> Any:
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class _Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            if str(event.progress.id) == str(query_id()):
+                on_batch(_batch_info(event.progress))
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return _Listener()
+
+
+def _stop_between_batches(query: "StreamingQuery", wait_s: float = 30.0) -> None:
+    # Stopping during a batch logs an interrupted state-store commit: let the batch finish.
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+
+
+def _parse_watermark(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+def run_demo(
+    spark: "SparkSession",
+    out: str | Path = "sparkstate-demo",
+    *,
+    events: int = 3000,
+    users: int = 60,
+    seed: int = 0,
+    files: int = 10,
+    gap: Duration = "1 minute",
+    watermark: Duration = "10 seconds",
+    on_batch: Callable[[BatchInfo], None] | None = None,
+) -> DemoResult:
+    """Run the demo job into ``out`` and return what it produced (nothing is printed).
+
+    ``on_batch`` is called (on a listener thread) after every micro-batch.
+
+    >>> import tempfile, sparkstate as ss
+    >>> r = run_demo(ss.spark_session(), tempfile.mkdtemp(), events=60, users=3, files=2)
+    >>> r.input_events, r.matches_reference
+    (60, True)
+    """
+    if events < 1 or users < 1 or files < 1:
+        raise ConfigError(f"demo: events, users and files must be >= 1, got {events}, {users}, {files}")
+    started = time.monotonic()
+    root = prepare_out_dir(out)
+    input_dir, sessions_dir, checkpoint_dir = (root / s for s in SUBDIRS)
+    generated = generate_events(events, users, seed, gap=gap)
+    write_events(generated, input_dir, files=files)
+
+    stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    sessions = sessionize(stream, gap=gap, time_mode="event", watermark=watermark)
+    writer = (
+        sessions.writeStream.format("parquet")
+        .option("path", str(sessions_dir))
+        .option("checkpointLocation", str(checkpoint_dir))
+        .outputMode("append")
+        .queryName(f"sparkstate-demo-{seed}")
+    )
+    listener = None
+    holder: dict[str, Any] = {}
+    if on_batch is not None:
+        listener = _progress_listener(lambda: holder.get("id"), on_batch)
+        spark.streams.addListener(listener)
+    try:
+        query = writer.start()
+        holder["id"] = query.id
+        try:
+            # Event time: once the files are read and the last watermark advance has fired its
+            # timeouts, no batch is due and the query is idle; this returns then.
+            query.processAllAvailable()
+            last = query.lastProgress
+        finally:
+            _stop_between_batches(query)
+    finally:
+        if listener is not None:
+            spark.streams.removeListener(listener)
+    info = _batch_info(last) if last is not None else None
+    final_wm = _parse_watermark(info.watermark if info else None)
+
+    written = [Session.from_row(r) for r in spark.read.parquet(str(sessions_dir)).collect()]
+    written.sort(key=lambda s: (s.user_id, s.session_start))
+    expected = reference_sessions(generated, gap, watermark=final_wm or 0)
+    mismatches = [f"written, not in the reference: {s}" for s in set(written) - set(expected)]
+    mismatches += [f"in the reference, not written: {s}" for s in set(expected) - set(written)]
+    return DemoResult(
+        out_dir=str(root.resolve()),
+        sessions_dir=str(sessions_dir.resolve()),
+        input_dir=str(input_dir.resolve()),
+        checkpoint_dir=str(checkpoint_dir.resolve()),
+        input_events=len(generated),
+        input_users=len({e.user_id for e in generated}),
+        input_files=files,
+        batches=(info.batch_id + 1) if info else 0,
+        sessions_written=len(written),
+        closed_by=dict(sorted(Counter(s.closed_by for s in written).items())),
+        users_with_sessions=len({s.user_id for s in written}),
+        events_in_sessions=sum(s.event_count for s in written),
+        open_sessions=(info.keys_in_state or 0) if info else 0,
+        final_watermark=info.watermark if info else None,
+        reference_sessions=len(expected),
+        matches_reference=written == expected,
+        seconds=round(time.monotonic() - started, 1),
+        gap=str(gap),
+        watermark_delay=str(watermark),
+        seed=seed,
+        mismatches=sorted(mismatches)[:20],
+    )

@@ -1,0 +1,182 @@
+"""Drive real Spark streams from tests: a JSON landing directory in, a collecting sink out.
+
+``processAllAvailable()`` never returns for a query with processing-time timers (it runs a
+no-data batch at every trigger), so :class:`StreamRun` waits on progress events instead:
+"every row written so far has been through a finished batch".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+_counter = itertools.count()
+
+
+class _Progress(StreamingQueryListener):
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+        self.batches: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        with self.lock:
+            self.rows[str(p.id)] = self.rows.get(str(p.id), 0) + p.numInputRows
+            self.batches[str(p.id)] = self.batches.get(str(p.id), 0) + 1
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+_listener: _Progress | None = None
+
+
+def progress_listener(spark: SparkSession) -> _Progress:
+    global _listener
+    if _listener is None:
+        _listener = _Progress()
+        spark.streams.addListener(_listener)
+    return _listener
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    raise TypeError(type(o).__name__)
+
+
+class LandingDir:
+    """A directory a file source reads; each :meth:`add` is one new file (one micro-batch)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.rows_written = 0
+
+    def add(self, rows: Iterable[dict]) -> None:
+        rows = list(rows)
+        name = f"part-{next(_counter):06d}"
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text("".join(json.dumps(r, default=_default) + "\n" for r in rows))
+        tmp.rename(self.path / f"{name}.json")
+        self.rows_written += len(rows)
+
+    def stream(self, spark: SparkSession, schema: str) -> DataFrame:
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(self.path))
+
+
+class StreamRun:
+    """A running query whose output batches are collected in :attr:`rows` (driver side)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        out: DataFrame,
+        checkpoint: Path,
+        *,
+        landing: LandingDir | None = None,
+        output_mode: str = "update",
+        trigger: str = "300 milliseconds",
+    ) -> None:
+        self.spark = spark
+        self.landing = landing
+        self.rows: list[Row] = []
+        self.batches: list[list[Row]] = []
+        self._lock = threading.Lock()
+        self._listener = progress_listener(spark)
+
+        def collect(batch_df: DataFrame, batch_id: int) -> None:
+            got = batch_df.collect()
+            with self._lock:
+                self.batches.append(got)
+                self.rows.extend(got)
+
+        self.query = (
+            out.writeStream.outputMode(output_mode)
+            .foreachBatch(collect)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime=trigger)
+            .start()
+        )
+        self._rows_at_start = 0
+
+    @property
+    def input_rows(self) -> int:
+        return self._listener.rows.get(str(self.query.id), 0)
+
+    def wait_input(self, n: int | None = None, timeout: float = 120.0) -> None:
+        """Wait until ``n`` input rows (default: all rows in the landing dir) went through batches."""
+        want = n if n is not None else (self.landing.rows_written if self.landing else 0)
+        deadline = time.time() + timeout
+        while self.input_rows + self._rows_at_start < want:
+            self._check_alive()
+            if time.time() > deadline:
+                raise TimeoutError(f"only {self.input_rows} of {want} input rows processed after {timeout}s")
+            time.sleep(0.1)
+
+    def wait_for(self, predicate: Callable[[list[Row]], bool], timeout: float = 120.0) -> None:
+        """Wait until ``predicate(self.rows)`` holds."""
+        deadline = time.time() + timeout
+        while True:
+            with self._lock:
+                if predicate(list(self.rows)):
+                    return
+            self._check_alive()
+            if time.time() > deadline:
+                raise TimeoutError(f"condition not met after {timeout}s; rows so far: {self.rows}")
+            time.sleep(0.1)
+
+    def wait_batches(self, k: int, timeout: float = 60.0) -> None:
+        """Wait until ``k`` more batches (with or without data) have finished."""
+        start = self._listener.batches.get(str(self.query.id), 0)
+        deadline = time.time() + timeout
+        while self._listener.batches.get(str(self.query.id), 0) < start + k:
+            self._check_alive()
+            if time.time() > deadline:
+                raise TimeoutError(f"{k} batches did not finish in {timeout}s")
+            time.sleep(0.05)
+
+    def _check_alive(self) -> None:
+        if not self.query.isActive:
+            exc = self.query.exception()
+            if exc is not None:
+                raise exc
+            raise RuntimeError("the query stopped")
+
+    def stop(self) -> None:
+        """Stop between batches (a stop during a batch logs an interrupted-commit trace)."""
+        deadline = time.time() + 30
+        while self.query.isActive and self.query.status.get("isTriggerActive") and time.time() < deadline:
+            time.sleep(0.02)
+        self.query.stop()
+
+    def __enter__(self) -> "StreamRun":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.query.isActive:
+            self.stop()
+
+
+def failure(run: StreamRun, timeout: float = 60.0) -> str:
+    """Wait for the query to fail; return the failure's text."""
+    try:
+        run.query.awaitTermination(timeout)
+    except Exception as exc:  # StreamingQueryException
+        return str(exc)
+    raise AssertionError("the query did not fail")
