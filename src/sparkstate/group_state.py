@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from .durations import Duration, Instant, instant_ms, positive_ms, utc
+from .durations import Duration, Instant, instant_ms, positive_ms, to_ms, utc
 from .errors import StateNotFoundError, TimeoutConfigError, UserFunctionError
 
 
@@ -173,7 +173,12 @@ class GroupState:
             )
         ms = _checked(instant_ms, timestamp, "state.setTimeoutTimestamp")
         if additional is not None:
-            ms += _checked(positive_ms, additional, "state.setTimeoutTimestamp(additional=…)")
+            extra = _checked(to_ms, additional, "state.setTimeoutTimestamp(additional=…)")
+            if extra < 0:
+                raise _ArgumentError(
+                    f"state.setTimeoutTimestamp(additional=…): expected a duration of 0 or more, got {additional!r}"
+                )
+            ms += extra
         if self._watermark_ms != NO_WATERMARK and ms < self._watermark_ms:
             raise _ArgumentError(
                 f"Timeout timestamp ({ms}, {utc(ms):%Y-%m-%d %H:%M:%S.%f} UTC) cannot be earlier than the current"

@@ -40,7 +40,12 @@ def has_watermark(df: DataFrame) -> bool:
 
 
 def _key_columns(df: DataFrame, key: Any, operator_name: str) -> tuple[str, ...]:
-    keys = (key,) if isinstance(key, str) else tuple(key) if key is not None else ()
+    if isinstance(key, str):
+        keys: tuple = (key,)
+    elif isinstance(key, (list, tuple)):
+        keys = tuple(key)
+    else:
+        keys = ()
     if not keys or not all(isinstance(k, str) for k in keys):
         raise ConfigError(f"{operator_name}: key must be a column name or a list of column names, got {key!r}")
     missing = [k for k in keys if k not in df.columns]
