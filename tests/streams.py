@@ -33,8 +33,9 @@ class _Progress(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         p = event.progress
         with self.lock:
-            self.rows[str(p.id)] = self.rows.get(str(p.id), 0) + p.numInputRows
-            self.batches[str(p.id)] = self.batches.get(str(p.id), 0) + 1
+            run = str(p.runId)  # a restarted query keeps its id but gets a new runId
+            self.rows[run] = self.rows.get(run, 0) + p.numInputRows
+            self.batches[run] = self.batches.get(run, 0) + 1
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -92,6 +93,7 @@ class StreamRun:
         landing: LandingDir | None = None,
         output_mode: str = "update",
         trigger: str = "300 milliseconds",
+        already_read: int = 0,
     ) -> None:
         self.spark = spark
         self.landing = landing
@@ -113,17 +115,18 @@ class StreamRun:
             .trigger(processingTime=trigger)
             .start()
         )
-        self._rows_at_start = 0
+        # Rows of the landing dir that an earlier run on the same checkpoint already read.
+        self._rows_at_start = already_read
 
     @property
     def input_rows(self) -> int:
-        return self._listener.rows.get(str(self.query.id), 0)
+        return self._listener.rows.get(str(self.query.runId), 0)
 
     def wait_input(self, n: int | None = None, timeout: float = 120.0) -> None:
         """Wait until ``n`` input rows (default: all rows in the landing dir) went through batches."""
-        want = n if n is not None else (self.landing.rows_written if self.landing else 0)
+        want = n if n is not None else (self.landing.rows_written - self._rows_at_start if self.landing else 0)
         deadline = time.time() + timeout
-        while self.input_rows + self._rows_at_start < want:
+        while self.input_rows < want:
             self._check_alive()
             if time.time() > deadline:
                 raise TimeoutError(f"only {self.input_rows} of {want} input rows processed after {timeout}s")
@@ -143,9 +146,9 @@ class StreamRun:
 
     def wait_batches(self, k: int, timeout: float = 60.0) -> None:
         """Wait until ``k`` more batches (with or without data) have finished."""
-        start = self._listener.batches.get(str(self.query.id), 0)
+        start = self._listener.batches.get(str(self.query.runId), 0)
         deadline = time.time() + timeout
-        while self._listener.batches.get(str(self.query.id), 0) < start + k:
+        while self._listener.batches.get(str(self.query.runId), 0) < start + k:
             self._check_alive()
             if time.time() > deadline:
                 raise TimeoutError(f"{k} batches did not finish in {timeout}s")

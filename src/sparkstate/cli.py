@@ -10,7 +10,9 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -81,9 +83,16 @@ def _demo(args: argparse.Namespace) -> int:
         _send_process_output_to(log_path)
     console = Console(highlight=False)
     spark = None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.getsignal(signal.SIGINT) if in_main_thread else None
     try:
         with console.status("Starting Spark (local) ...") as status:
             spark = ss.spark_session("sparkstate-demo")
+            if in_main_thread:
+                # PySpark's own SIGINT handler calls into the JVM from inside the interrupted
+                # call (a py4j re-entrancy error); a plain KeyboardInterrupt lets run_demo stop
+                # the query between batches.
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             status.update(f"Generating {args.events} events and starting the query ...")
 
             def on_batch(b: Any) -> None:
@@ -96,6 +105,8 @@ def _demo(args: argparse.Namespace) -> int:
     finally:
         if own_session and spark is not None:
             spark.stop()
+        if previous_handler is not None:
+            signal.signal(signal.SIGINT, previous_handler)
     summary_path = out / "summary.json"
     summary_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     _print_summary(console, result, summary_path, log_path if own_session else None)
@@ -132,6 +143,10 @@ def _print_summary(console: Any, r: Any, summary_path: Path, log_path: Path | No
             console.print(f"  {line}")
 
 
+def _not_from_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``sparkstate``; returns the exit code.
 
@@ -141,7 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     SystemExit: 0
     """
     args = build_parser().parse_args(argv)
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # py4j reports the JVM going away on Ctrl-C
+    # py4j logs an interrupted call (Ctrl-C) with a stack trace on the root logger; the
+    # interruption is handled here, so those records are dropped.
+    logging.getLogger().addFilter(_not_from_py4j)
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     try:
         return args.run(args)
     except KeyboardInterrupt:

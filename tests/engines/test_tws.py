@@ -1,0 +1,265 @@
+"""The transformWithState engine on real Spark: parity with the harness, restarts, evolution, TTL."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql import functions as F
+
+import sparkstate as ss
+from tests.streams import LandingDir, StreamRun
+
+GAP_MS = 1500
+
+
+@dataclass
+class Tally:
+    n: int = 0
+
+
+def tally(key, values, state):
+    if state.hasTimedOut:
+        return [(key, "timeout", state.get.n)]
+    vals = list(values)
+    st = state.getOption or Tally()
+    st.n += len(vals)
+    state.update(st)
+    state.setTimeoutTimestamp(max(v.t for v in vals) + GAP_MS)
+    return [(key, "data", st.n)]
+
+
+# Each batch: records (key, event ms). The watermark (delay 0) trails the max event time, so
+# batch N runs at the max event time of batches < N, and every batch moves it forward.
+SCRIPT = [
+    [("a", 1000), ("b", 1000), ("c", 1000)],
+    [("a", 3000), ("b", 2000)],
+    [("a", 6000)],
+    [("b", 6500), ("c", 6500)],
+    [("z", 100_000)],
+]
+
+EXPECTED = {
+    False: [("a", "data", 1), ("b", "data", 1), ("c", "data", 1), ("a", "data", 2), ("b", "data", 2),
+            ("c", "timeout", 1), ("a", "data", 3), ("b", "timeout", 2), ("b", "data", 1), ("c", "data", 1),
+            ("z", "data", 1), ("a", "timeout", 3), ("b", "timeout", 1), ("c", "timeout", 1)],
+    True: [("a", "data", 1), ("b", "data", 1), ("c", "data", 1), ("a", "data", 2), ("b", "data", 2),
+           ("c", "timeout", 1), ("a", "data", 3), ("b", "timeout", 2), ("b", "data", 3), ("c", "data", 2),
+           ("z", "data", 1), ("a", "timeout", 3), ("b", "timeout", 3), ("c", "timeout", 2)],
+}
+
+
+@dataclass
+class Ev:
+    key: str
+    t: int
+
+
+def run_on_harness(keep: bool) -> list:
+    h = ss.testing.GroupStateHarness(tally, state_type=Tally, timeout=ss.GroupStateTimeout.EventTimeTimeout,
+                                     keep_expired_state=keep, flat=True)
+    out, wm = [], 0
+    for batch in SCRIPT:
+        data: dict = {}
+        for k, t in batch:
+            data.setdefault(k, []).append(Ev(k, t))
+        out += h.run_batch(data, watermark=wm)
+        wm = max(wm, max(t for _, t in batch))
+        out += h.advance_watermark(wm)  # the no-data batch Spark runs when the watermark moves
+    return out
+
+
+def run_on_spark(spark, tmp_path, keep: bool) -> list:
+    land = LandingDir(tmp_path / "in")
+    land.add([{"key": k, "t": t} for k, t in SCRIPT[0]])
+    events = (land.stream(spark, "key string, t long")
+              .withColumn("event_time", F.timestamp_millis("t"))
+              .withWatermark("event_time", "0 seconds"))
+    out = ss.flat_map_groups_with_state(events, key="key", func=tally, state_type=Tally,
+                                        output_type="key string, kind string, n long",
+                                        timeout=ss.GroupStateTimeout.EventTimeTimeout, keep_expired_state=keep)
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        wm = 0
+        for i, batch in enumerate(SCRIPT):
+            if i:
+                land.add([{"key": k, "t": t} for k, t in batch])
+            run.wait_input()
+            wm = max(wm, max(t for _, t in batch))
+            wait_watermark(run, wm)
+        return [tuple(r) for r in run.rows]
+
+
+def wait_watermark(run: StreamRun, wm_ms: int, timeout: float = 60) -> None:
+    """Wait for the no-data batch that runs with watermark ``wm_ms``."""
+    want = datetime.fromtimestamp(wm_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    deadline = time.time() + timeout
+    while True:
+        p = run.query.lastProgress
+        if p and p.get("eventTime", {}).get("watermark") == want and p["numInputRows"] == 0:
+            return
+        run._check_alive()
+        if time.time() > deadline:
+            raise TimeoutError(f"no batch with watermark {want}; last progress {p}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["expire", "keep_expired"])
+@pytest.mark.parametrize("runner", ["harness", "spark"])
+def test_harness_and_engine_agree_on_scripted_scenario(spark, tmp_path, runner, keep):
+    got = run_on_harness(keep) if runner == "harness" else run_on_spark(spark, tmp_path, keep)
+    assert sorted(got) == sorted(EXPECTED[keep])
+
+
+# --- restarts -----------------------------------------------------------------------------
+
+def count_words(word, rows, state):
+    n = (state.getOption or 0) + sum(1 for _ in rows)
+    state.update(n)
+    return (word, n)
+
+
+def test_restart_on_same_checkpoint_continues_state_exactly(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    ck = tmp_path / "ck"
+
+    def query():
+        words = land.stream(spark, "word string")
+        return ss.map_groups_with_state(words, key="word", func=count_words, state_type=int,
+                                        output_type="word string, n long")
+
+    land.add([{"word": w} for w in "a b a".split()])
+    with StreamRun(spark, query(), ck, landing=land) as run:
+        run.wait_input()
+        land.add([{"word": w} for w in "b c".split()])
+        run.wait_input()
+        first = sorted(tuple(r) for r in run.rows)
+    land.add([{"word": w} for w in "a c c".split()])
+    with StreamRun(spark, query(), ck, landing=land, already_read=5) as run:
+        run.wait_input()
+        second = sorted(tuple(r) for r in run.rows)
+    assert first == [("a", 2), ("b", 1), ("b", 2), ("c", 1)]
+    # Only the new file was read, and counting went on from the stored state.
+    assert second == [("a", 3), ("c", 3)]
+
+
+@dataclass
+class ProfileV1:
+    visits: int
+
+
+@dataclass
+class ProfileV2:
+    visits: int
+    label: str = "new"
+    pages: list[str] = field(default_factory=list)
+
+
+def profile_v1(user, rows, state):
+    p = state.getOption or ProfileV1(0)
+    p.visits += sum(1 for _ in rows)
+    state.update(p)
+    return (user, p.visits, "v1", 0)
+
+
+def profile_v2(user, rows, state):
+    p = state.getOption or ProfileV2(0)
+    rows = list(rows)
+    p.visits += len(rows)
+    p.pages = p.pages + [r.page for r in rows]
+    state.update(p)
+    return (user, p.visits, p.label, len(p.pages))
+
+
+def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    ck = tmp_path / "ck"
+
+    def query(func, state_type):
+        clicks = land.stream(spark, "user string, page string")
+        return ss.map_groups_with_state(clicks, key="user", func=func, state_type=state_type,
+                                        output_type="user string, visits long, label string, pages long")
+
+    land.add([{"user": "u1", "page": "p1"}, {"user": "u1", "page": "p2"}, {"user": "u2", "page": "p1"}])
+    with StreamRun(spark, query(profile_v1, ProfileV1), ck, landing=land) as run:
+        run.wait_input()
+        assert sorted(tuple(r) for r in run.rows) == [("u1", 2, "v1", 0), ("u2", 1, "v1", 0)]
+    land.add([{"user": "u1", "page": "p3"}, {"user": "u2", "page": "p4"}])
+    with StreamRun(spark, query(profile_v2, ProfileV2), ck, landing=land, already_read=3) as run:
+        run.wait_input()
+        rows = sorted(tuple(r) for r in run.rows)
+    # Old visits kept; the new fields read their defaults for the old rows.
+    assert rows == [("u1", 3, "new", 1), ("u2", 2, "new", 1)]
+
+
+# --- state TTL, static input, several key columns ----------------------------------------
+
+def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"word": "a"}, {"word": "b"}])
+    out = ss.map_groups_with_state(land.stream(spark, "word string"), key="word", func=count_words,
+                                   state_type=int, output_type="word string, n long", state_ttl="4 seconds")
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        run.wait_input()
+        land.add([{"word": "a"}])
+        run.wait_input()
+        time.sleep(5)
+        land.add([{"word": "a"}, {"word": "b"}])
+        run.wait_input()
+        rows = [tuple(r) for r in run.rows]
+    assert sorted(rows[:2]) == [("a", 1), ("b", 1)]
+    assert rows[2] == ("a", 2)
+    # More than 4 s without an update: both keys start again.
+    assert sorted(rows[3:]) == [("a", 1), ("b", 1)]
+
+
+def test_static_dataframe_one_pass(spark):
+    df = spark.createDataFrame([("u1", 1), ("u2", 5), ("u1", 2)], "user string, n long")
+
+    def total(user, rows, state):
+        state.setTimeoutDuration("1 minute")  # allowed, never fires on a static DataFrame
+        s = (state.getOption or 0) + sum(r.n for r in rows)
+        state.update(s)
+        return (user, s)
+
+    out = ss.map_groups_with_state(df, key="user", func=total, state_type=int, output_type="user string, s long",
+                                   timeout=ss.GroupStateTimeout.ProcessingTimeTimeout)
+    assert sorted(tuple(r) for r in out.collect()) == [("u1", 3), ("u2", 5)]
+
+
+def test_several_key_columns_reach_func_as_a_tuple(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"country": "fr", "city": "paris"}, {"country": "fr", "city": "lyon"},
+              {"country": "fr", "city": "paris"}])
+
+    def per_city(key, rows, state):
+        country, city = key
+        n = (state.getOption or 0) + sum(1 for _ in rows)
+        state.update(n)
+        return (country, city, n)
+
+    out = ss.map_groups_with_state(land.stream(spark, "country string, city string"), key=["country", "city"],
+                                   func=per_city, state_type=int, output_type="country string, city string, n long")
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        run.wait_input()
+        rows = sorted(tuple(r) for r in run.rows)
+    assert rows == [("fr", "lyon", 1), ("fr", "paris", 2)]
+
+
+def test_user_function_error_names_key_and_exception(spark, tmp_path):
+    from tests.streams import failure
+
+    land = LandingDir(tmp_path / "in")
+    land.add([{"word": "ok"}, {"word": "boom"}])
+
+    def fragile(word, rows, state):
+        if word == "boom":
+            raise KeyError("no such page")
+        return (word, 1)
+
+    out = ss.map_groups_with_state(land.stream(spark, "word string"), key="word", func=fragile, state_type=int,
+                                   output_type="word string, n long")
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        message = failure(run)
+    assert "the state function 'fragile' raised KeyError: 'no such page' (key 'boom')" in message
