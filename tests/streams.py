@@ -162,8 +162,12 @@ class StreamRun:
             raise RuntimeError("the query stopped")
 
     def stop(self) -> None:
-        """Stop between batches (a stop during a batch logs an interrupted-commit trace)."""
-        deadline = time.time() + 30
+        """Stop, preferably between batches (a stop during a batch logs an interrupted-commit trace).
+
+        Queries with processing-time timers run no-data batches back to back, so the wait for a
+        gap between batches is short.
+        """
+        deadline = time.time() + 3
         while self.query.isActive and self.query.status.get("isTriggerActive") and time.time() < deadline:
             time.sleep(0.02)
         self.query.stop()

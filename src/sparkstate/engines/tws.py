@@ -66,6 +66,8 @@ class _Processor(StatefulProcessor):
         self.single_key = len(plan.key_columns) == 1
         self.encode_output = plan.output_encoder
         self.decode_value = plan.value_decoder
+        # init runs once per task (partition and batch): every key of the task sees one time.
+        self.fallback_now_ms = _wall_clock_ms()
 
     # -- helpers ------------------------------------------------------------------------------
     def _key(self, key: Any) -> Any:
@@ -82,7 +84,7 @@ class _Processor(StatefulProcessor):
     def _times(self, tv: Any) -> tuple[int, int]:
         pt = tv.getCurrentProcessingTimeInMs()
         if pt is None or pt < 0:
-            pt = _wall_clock_ms()
+            pt = self.fallback_now_ms
         return pt, tv.getCurrentWatermarkInMs()
 
     def _state(self, value: Any, exists: bool, tv: Any, timed_out: bool) -> GroupState:

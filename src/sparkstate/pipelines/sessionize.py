@@ -18,11 +18,10 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
-    TimestampNTZType,
     TimestampType,
 )
 
-from ..durations import Duration, instant_ms, ms_to_datetime, positive_ms, to_ms
+from ..durations import Duration, instant_ms, positive_ms, to_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
 from ..operators import flat_map_groups_with_state, has_watermark
@@ -61,8 +60,8 @@ class _Sessionizer:
 
     @staticmethod
     def _row(key: Any, s: OpenSession, closed_by: str) -> tuple:
-        start = None if s.start_ms is None else ms_to_datetime(s.start_ms)
-        end = None if s.end_ms is None else ms_to_datetime(s.end_ms)
+        start = None if s.start_ms is None else utc(s.start_ms)
+        end = None if s.end_ms is None else utc(s.end_ms)
         return (key, start, end, len(s.events), s.events, closed_by)
 
     def __call__(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
@@ -167,11 +166,11 @@ def sessionize(
     consecutive events are more than ``gap`` apart; the open session is kept as state and
     times out when the watermark passes its last event + ``gap``. A watermark of ``watermark``
     on ``timestamp`` is applied unless the input already has one. Events of a key are assumed
-    to reach the query in event-time order across micro-batches (within a batch any order);
-    an event older than the open session's last one joins the open session, and one behind
-    the watermark may be dropped by Spark. On a static DataFrame the input is complete, so
-    every session is emitted, the last ones with ``closed_by="timeout"``. Rows with a null
-    ``timestamp`` are left out.
+    to reach the query in event-time order across micro-batches (within a batch any order):
+    a session closed by a gap is not reopened; an event older than the open session's last one
+    joins the open session; one behind the watermark is dropped by Spark (late data). On a
+    static DataFrame the input is complete, so every session is emitted, the last ones with
+    ``closed_by="timeout"``. Rows with a null ``timestamp`` are left out.
 
     ``time_mode="processing"``: events are appended in arrival order, and a session times out
     after ``gap`` of processing time without events of its key; ``timestamp`` may be ``None``
@@ -214,7 +213,7 @@ def sessionize(
         if mode == "event":
             raise ConfigError("sessionize: time_mode='event' needs a timestamp column; pass timestamp=<column name>")
     else:
-        _check_column(events, timestamp, "timestamp", (TimestampType, TimestampNTZType), "timestamp")
+        _check_column(events, timestamp, "timestamp", (TimestampType,), "timestamp")
 
     df = events
     if mode == "event":
