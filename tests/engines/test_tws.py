@@ -263,3 +263,78 @@ def test_user_function_error_names_key_and_exception(spark, tmp_path):
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         message = failure(run)
     assert "the state function 'fragile' raised KeyError: 'no such page' (key 'boom')" in message
+
+
+# --- initial state with pending timeouts; every accepted output form ----------------------
+
+@dataclass
+class Seen:
+    user: str
+    count: int
+    last_page: str | None = None
+
+
+def seen_with_expiry(user, rows, state):
+    if state.hasTimedOut:
+        return (user, state.get.count, "expired")
+    s = state.getOption or Seen(user, 0)
+    rows = list(rows)
+    s.count += len(rows)
+    s.last_page = rows[-1].page
+    state.update(s)
+    state.setTimeoutTimestamp(max(r.t for r in rows) + 1000)
+    return (user, s.count, s.last_page)
+
+
+def test_initial_state_with_pending_timeouts_for_map_groups_with_state(spark, tmp_path):
+    # The layout of an export: key, the state's fields, timeout_ms (null: no timeout pending).
+    initial = spark.createDataFrame(
+        [("u1", 10, "old", 5_000), ("u2", 20, None, None), ("u3", 30, "x", 50_000)],
+        "user string, count int, last_page string, timeout_ms long",
+    )
+    land = LandingDir(tmp_path / "in")
+    land.add([{"user": "u2", "page": "p", "t": 1000}])
+    events = (land.stream(spark, "user string, page string, t long")
+              .withColumn("event_time", F.timestamp_millis("t")).withWatermark("event_time", "0 seconds"))
+    out = ss.map_groups_with_state(events, key="user", func=seen_with_expiry, state_type=Seen,
+                                   output_type="user string, count long, what string",
+                                   timeout=ss.GroupStateTimeout.EventTimeTimeout, initial_state=initial)
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        run.wait_input()
+        land.add([{"user": "u2", "page": "q", "t": 6_000}])   # the watermark reaches 6 s afterwards
+        run.wait_input()
+        land.add([{"user": "u9", "page": "r", "t": 7_000}])
+        run.wait_input()
+        run.wait_for(lambda rows: ("u1", 10, "expired") in [tuple(r) for r in rows])
+        rows = sorted(tuple(r) for r in run.rows)
+    # u1's restored timeout (5 s) fired once the watermark passed it; u2 continued from 20;
+    # u3's timeout (50 s) is not due; u1 had no data and was never called otherwise.
+    assert rows == [("u1", 10, "expired"), ("u2", 21, "p"), ("u2", 22, "q"), ("u9", 1, "r")]
+
+
+@dataclass
+class Out:
+    user: str
+    n: int
+
+
+def test_outputs_may_be_dataclasses_dicts_tuples_or_rows(spark):
+    from pyspark.sql import Row
+
+    df = spark.createDataFrame([("a",), ("b",), ("c",), ("d",)], "user string")
+    forms = {"a": lambda: Out("a", 1), "b": lambda: {"user": "b", "n": 2}, "c": lambda: ("c", 3),
+             "d": lambda: Row(user="d", n=4)}
+
+    def emit(user, rows, state):
+        return forms[user]()
+
+    out = ss.map_groups_with_state(df, key="user", func=emit, state_type=int, output_type=Out)
+    assert sorted(tuple(r) for r in out.collect()) == [("a", 1), ("b", 2), ("c", 3), ("d", 4)]
+
+
+def test_output_that_does_not_match_output_type_names_key_and_field(spark):
+    df = spark.createDataFrame([("a",)], "user string")
+    out = ss.map_groups_with_state(df, key="user", func=lambda u, rows, s: {"user": u}, state_type=int,
+                                   output_type=Out)
+    with pytest.raises(Exception, match=r"an output for key 'a' does not match output_type: output: missing field 'n'"):
+        out.collect()
