@@ -5,7 +5,7 @@ state, and state that survives restarts and schema changes, on PySpark's transfo
 and the RocksDB state store. The public names are those of ``api.md``.
 """
 
-from . import pipelines, testing
+from . import pipelines, state, testing
 from .errors import (
     ConfigError,
     SparkStateError,
@@ -39,6 +39,7 @@ __all__ = [
     "map_with_state",
     "pipelines",
     "spark_session",
+    "state",
     "testing",
     "update_state_by_key",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from pyspark.sql import DataFrame
@@ -115,6 +116,7 @@ def _build(
     engine: str | Engine,
     value_decoder: Callable | None = None,
     initial_idle_timeout_ms: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     if not isinstance(df, DataFrame):
         raise ConfigError(f"{operator_name}: expected a pyspark DataFrame as input, got {type(df).__name__}")
@@ -146,6 +148,10 @@ def _build(
     if value_decoder is None and value_type is not None:
         value_decoder = record_decoder(value_type, df.schema, "value_type")
     init_df, init_timeout = _initial_state(initial_state, df, keys, codec, operator_name)
+    if checkpoint is not None:
+        from .state.evolution import check_compatible, key_struct
+
+        check_compatible(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns, codec.py_type)
     plan = StatePlan(
         operator=operator_name,
         key_columns=keys,
@@ -181,12 +187,18 @@ def map_groups_with_state(
     state_ttl: Duration | None = None,
     *,
     engine: str | Engine = "tws",
+    checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """Keep state per key across micro-batches; ``func`` returns one output or ``None`` per call.
 
     ``func(key, values, state)`` is called once per key with new records in a micro-batch
     (``values``: an iterator of ``Row``, or of ``value_type``), and once per key whose timeout
     fired (``values`` empty, ``state.hasTimedOut`` true). See api.md section 1.
+
+    ``checkpoint``: the checkpoint the query will run on. When given and it holds state, the
+    stored state is checked against ``state_type`` now, and an incompatible change (a renamed
+    field, a narrowed type, another key) raises :class:`StateSchemaError` with a field-by-field
+    diff before anything runs.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -204,7 +216,7 @@ def map_groups_with_state(
         df, operator_name="map_groups_with_state", key=key, func=func, state_type=state_type,
         output_type=output_type, timeout=timeout, value_type=value_type, initial_state=initial_state,
         output_mode=output_mode, keep_expired_state=keep_expired_state, state_ttl=state_ttl, flat=False,
-        engine=engine,
+        engine=engine, checkpoint=checkpoint,
     )
 
 
@@ -222,6 +234,7 @@ def flat_map_groups_with_state(
     state_ttl: Duration | None = None,
     *,
     engine: str | Engine = "tws",
+    checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """As :func:`map_groups_with_state`, but ``func`` returns an iterable of outputs (any number).
 
@@ -238,7 +251,7 @@ def flat_map_groups_with_state(
         df, operator_name="flat_map_groups_with_state", key=key, func=func, state_type=state_type,
         output_type=output_type, timeout=timeout, value_type=value_type, initial_state=initial_state,
         output_mode=output_mode, keep_expired_state=keep_expired_state, state_ttl=state_ttl, flat=True,
-        engine=engine,
+        engine=engine, checkpoint=checkpoint,
     )
 
 
@@ -280,6 +293,7 @@ def map_with_state(
     value_type: Any = None,
     *,
     engine: str | Engine = "tws",
+    checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """DStream ``mapWithState``: ``spec``'s function is called once per input record.
 
@@ -316,7 +330,7 @@ def map_with_state(
         df, operator_name=name, key=key, func=_PerRecord(spec.func, spec.timeout_ms), state_type=state_type,
         output_type=output_type, timeout=timeout, value_type=value_type, initial_state=spec.initial,
         output_mode="update", keep_expired_state=False, state_ttl=None, flat=True, engine=engine,
-        value_decoder=decoder, initial_idle_timeout_ms=spec.timeout_ms,
+        value_decoder=decoder, initial_idle_timeout_ms=spec.timeout_ms, checkpoint=checkpoint,
     )
 
 
@@ -376,6 +390,7 @@ def update_state_by_key(
     value_type: Any = None,
     *,
     engine: str | Engine = "tws",
+    checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """DStream ``updateStateByKey``: ``func(new_values, state)`` for every key, every micro-batch.
 
@@ -413,5 +428,5 @@ def update_state_by_key(
         df, operator_name=name, key=keys, func=_EveryBatch(func, codec, len(keys) == 1, df.isStreaming, keep),
         state_type=state_type, output_type=output_schema, timeout=timeout, value_type=value_type,
         initial_state=None, output_mode="update", keep_expired_state=False, state_ttl=None, flat=False,
-        engine=engine, value_decoder=decoder,
+        engine=engine, value_decoder=decoder, checkpoint=checkpoint,
     )

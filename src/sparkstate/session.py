@@ -62,7 +62,11 @@ def spark_session(
     """Return (or reuse) a SparkSession set up for keyed state.
 
     RocksDB state store with changelog checkpointing, Avro state encoding, shuffle partitions
-    = the machine's cores, UTC session time zone, quiet logs. ``master=None`` means
+    = the machine's cores, UTC session time zone, quiet logs.
+
+    Spark's built-in stateful operators (streaming aggregations, deduplication, joins) refuse
+    the Avro state encoding: for a query made of those, set
+    ``spark.sql.streaming.stateStore.encodingFormat`` to ``unsaferow`` before starting it. ``master=None`` means
     ``local[*]`` unless one is already configured (spark-submit). ``config`` wins over all.
     """
     _point_workers_at_this_python()

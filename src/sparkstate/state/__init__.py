@@ -1,0 +1,11 @@
+"""Offline state tools: read, export, inspect and check the state of a sparkstate query.
+
+``read`` and ``export`` give each key's state decoded back to its own fields, with its pending
+timeout; an export is accepted unchanged as ``initial_state`` of a new query (new source, new
+partition count, new code). ``check_compatible`` compares a checkpoint's state with new code.
+"""
+
+from .evolution import FieldChange, check_compatible, diff_schemas
+from .read import export, read, stats, stored_schema
+
+__all__ = ["FieldChange", "check_compatible", "diff_schemas", "export", "read", "stats", "stored_schema"]
