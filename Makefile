@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean pg
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/sparkstate demo
 
-test: $(STAMP)
+# The postgres sink is tested against a real server (tests/io/pg.py starts a throwaway one):
+# install the PostgreSQL server binaries from the OS packages when they are missing.
+pg:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
+	    || [ -x "$$SPARKSTATE_PG_BIN/initdb" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing the PostgreSQL server (apt-get install postgresql) for the postgres sink tests"; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	else \
+	  echo "PostgreSQL server binaries (initdb, pg_ctl) are needed by the tests: install PostgreSQL, or set SPARKSTATE_PG_BIN" >&2; exit 1; \
+	fi
+
+test: $(STAMP) pg
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

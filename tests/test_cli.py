@@ -80,3 +80,226 @@ def test_bad_numbers_are_refused_by_the_parser(capsys):
         main(["demo", "--events", "0"])
     assert exc.value.code == 2
     assert "expected a positive whole number, got '0'" in capsys.readouterr().err
+
+
+# --- sparkstate run ---------------------------------------------------------------------------
+
+GAP = "1 minute"
+
+
+def _committed_files(out: Path) -> dict[int, list[str]]:
+    """The files each micro-batch committed to a Spark file sink (its _spark_metadata log)."""
+    from urllib.parse import urlparse
+
+    batches = {}
+    for entry in (out / "_spark_metadata").iterdir():
+        if entry.name.isdigit():
+            lines = entry.read_text().splitlines()[1:]  # the first line is the log's version
+            batches[int(entry.name)] = [urlparse(json.loads(line)["path"]).path for line in lines]
+    return batches
+
+
+def _utc(iso: str):
+    from datetime import datetime, timezone
+
+    return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_path, capsys):
+    from sparkstate.io import Session, generate_events, read_events, reference_sessions, write_events
+
+    files = write_events(generate_events(300, users=6, seed=22), tmp_path / "in", files=3)
+    events = read_events(files)
+    (tmp_path / "in" / "part-00003.json").write_text(  # two malformed records: they become dead letters
+        '{"user_id": "user-000", "event_time": "2024-01-01T00:00:01.000Z", "data": "/x"\n'
+        '{"event_time": "2024-01-01T00:00:02.000Z", "data": "/y", "is_last": false}\n'
+    )
+    out, metrics = tmp_path / "out", tmp_path / "metrics.jsonl"
+    code = main([
+        "run", "sessionize", "--source", f"files:{tmp_path / 'in'}", "--format", "json",
+        "--sink", f"parquet:{out}", "--checkpoint", str(tmp_path / "ck"), "--gap", GAP,
+        "--time-mode", "event", "--watermark", "0 seconds", "--once", "--metrics", str(metrics),
+    ])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "caught up (--once)" in printed.out and "Traceback" not in printed.err
+
+    # One metrics line per micro-batch of each query, with every field.
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    output = [m for m in lines if m["query"] == "output"]
+    dead = [m for m in lines if m["query"] == "dead_letters"]
+    assert [m["batch_id"] for m in output] == list(range(len(output))) and len(output) >= 2
+    assert [m["batch_id"] for m in dead] == list(range(len(dead))) and dead
+    assert set(lines[0]) == {
+        "time", "query", "query_name", "run_id", "batch_id", "rows_in", "input_rows_per_s",
+        "processed_rows_per_s", "batch_duration_ms", "state_rows", "state_rows_updated", "state_rows_removed",
+        "state_memory_bytes", "timers_expired", "rows_out", "timed_out", "dead_letters", "dead_letters_total",
+        "watermark",
+    }
+    assert sum(m["rows_in"] for m in output) == 302
+    assert sum(m["dead_letters"] for m in dead) == 2 and lines[-1]["dead_letters_total"] == 2
+    assert all(isinstance(m["state_memory_bytes"], int) and m["state_memory_bytes"] > 0 for m in output)
+
+    # The sessions written equal the reference finished by the final watermark, exactly.
+    per_batch = {
+        b: [Session.from_row(r) for r in spark.read.parquet(*paths).collect()] if paths else []
+        for b, paths in sorted(_committed_files(out).items())
+    }
+    written = sorted((s for ss in per_batch.values() for s in ss), key=lambda s: (s.user_id, s.session_start))
+    final_watermark = _utc(output[-1]["watermark"])
+    expected = reference_sessions(events, GAP, watermark=final_watermark)
+    assert written == expected
+    assert [m["rows_out"] for m in output] == [len(per_batch.get(m["batch_id"], [])) for m in output]
+    assert sum(m["timed_out"] for m in output) == sum(s.closed_by == "timeout" for s in written)
+    # several sessions of one user from one micro-batch (all files are read by the first) ...
+    assert max(Counter(s.user_id for s in per_batch[0]).values()) >= 2
+    assert {"last_event", "timeout"} <= {s.closed_by for s in per_batch[0]}
+    # ... and sessions closed by a timer: the batch after the input ran on the final watermark
+    assert per_batch[1] and {s.closed_by for s in per_batch[1]} == {"timeout"}
+    # what is left in state are the sessions the watermark has not passed yet
+    still_open = set(reference_sessions(events, GAP)) - set(expected)
+    assert output[-1]["state_rows"] == len(still_open) > 0
+
+    reasons = sorted(r.reason for r in spark.read.parquet(str(out / "_deadletter")).collect())
+    assert reasons == ["missing field user_id", "not valid JSON"]
+
+
+def test_run_once_ends_a_processing_time_query_that_never_goes_idle(spark, tmp_path, capsys):
+    land = tmp_path / "in"
+    land.mkdir()
+    rows = [("a", "x", False), ("a", "y", True), ("a", "z", False), ("b", "p", False)]
+    (land / "part-0.json").write_text("".join(
+        json.dumps({"user_id": u, "event_time": "2024-01-01T00:00:00Z", "data": d, "is_last": last}) + "\n"
+        for u, d, last in rows
+    ))
+    code = main([
+        "run", "sessionize", "--source", f"files:{land}", "--sink", "memory:pt_sessions",
+        "--deadletter", "memory:pt_dead", "--time-mode", "processing", "--gap", "10 minutes",
+        "--trigger", "500 milliseconds", "--once", "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
+    ])
+    assert code == 0, capsys.readouterr().err
+    got = [(r.user_id, r.events, r.closed_by) for r in spark.table("pt_sessions").collect()]
+    assert got == [("a", ["x", "y"], "last_event")]
+    output = [m for m in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines()) if m["query"] == "output"]
+    assert output[-1]["rows_in"] == 0 and output[-1]["state_rows"] == 2  # a's "z" and b's "p" are still open
+
+
+def test_ctrl_c_lets_the_batch_finish_and_exits_cleanly(spark, tmp_path, capsys):
+    import os
+    import signal
+    import threading
+    import time
+
+    land = tmp_path / "in"
+    land.mkdir()
+    (land / "a.json").write_text('{"word": "spark"}\n{"word": "state"}\n{"word": "spark"}\n')
+    metrics = tmp_path / "m.jsonl"
+
+    def interrupt_after_first_batch():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if metrics.exists() and '"query":"output"' in metrics.read_text():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.1)
+
+    threading.Thread(target=interrupt_after_first_batch, daemon=True).start()
+    code = main([
+        "run", "running-count", "--source", f"files:{land}", "--sink", f"json:{tmp_path / 'out'}",
+        "--checkpoint", str(tmp_path / "ck"), "--metrics", str(metrics),
+    ])
+    printed = capsys.readouterr()
+    assert code == 0 and "stopped on request" in printed.out
+    assert "Traceback" not in printed.err and "Exception" not in printed.err
+    # update mode on a file sink: one directory per micro-batch (see sparkstate.io.sinks)
+    got = sorted((r.word, r["count"]) for r in spark.read.json(str(tmp_path / "out" / "batch_id=0")).collect())
+    assert got == [("spark", 2), ("state", 1)]
+
+
+def test_run_settings_flags_over_env_over_config_file(tmp_path):
+    from sparkstate.cli import build_parser, job_config
+
+    cfg_file = tmp_path / "job.yaml"
+    cfg_file.write_text(
+        "pipeline: sessionize\nsource: files:from-file\nsink: json:from-file\ngap: 3 minutes\n"
+        "trigger: 5 seconds\nwatermark: 30 seconds\noptions:\n  maxFilesPerTrigger: 1\n"
+    )
+    env = {"SPARKSTATE_SINK": "parquet:from-env", "SPARKSTATE_GAP": "2 minutes", "SPARKSTATE_ONCE": "true",
+           "SPARKSTATE_CONFIG": str(cfg_file)}
+    args = build_parser().parse_args(["run", "--gap", "1 minute", "--option", "latestFirst=false"])
+    cfg = job_config(args, env)
+    assert cfg.pipeline == "sessionize" and cfg.source == "files:from-file"  # config file
+    assert cfg.sink == "parquet:from-env" and cfg.once is True  # environment over the file
+    assert cfg.gap == "1 minute"  # flag over environment
+    assert cfg.trigger == "5 seconds" and cfg.watermark == "30 seconds"
+    assert cfg.options == {"latestFirst": "false"}  # flags' options replace the file's
+    assert cfg.time_mode == "event" and cfg.checkpoint is None  # defaults
+
+    args = build_parser().parse_args(["run", "running-count", "--no-once", "--config", str(cfg_file)])
+    cfg = job_config(args, env)
+    assert (cfg.pipeline, cfg.once, cfg.options) == ("running-count", False, {"maxFilesPerTrigger": "1"})
+
+
+def test_bad_settings_are_refused_before_spark_starts(tmp_path, capsys):
+    bad = tmp_path / "job.toml"
+    bad.write_text('pipeline = "sessionize"\nsource = "files:in"\nsinks = "console"\n')
+    assert main(["run", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {bad}: unknown setting 'sinks'; known settings: pipeline, source, sink," in err
+    assert main(["run", "sessionize", "--source", "files:in", "--initial-state", "x.parquet"]) == 2
+    assert "--initial-state applies to visited-pages only, not to sessionize" in capsys.readouterr().err
+    assert main(["run", "sessionize", "--source", "nowhere:x"]) == 2
+    assert "source 'nowhere:x': expected one of" in capsys.readouterr().err
+
+
+def test_generate_writes_files_with_the_records_asked_for(tmp_path, capsys):
+    assert main(["generate", "--out", str(tmp_path / "g"), "--events", "120", "--users", "4", "--files", "3",
+                 "--malformed", "0.1", "--seed", "5"]) == 0
+    assert "Wrote 120 records" in capsys.readouterr().out
+    files = sorted((tmp_path / "g").glob("part-*.json"))
+    assert [f.name for f in files] == ["part-00000.json", "part-00001.json", "part-00002.json"]
+    lines = [line for f in files for line in f.read_text().splitlines()]
+    assert len(lines) == 120
+    assert 0 < sum(not _parses(line) or "user_id" not in json.loads(line) or json.loads(line)["user_id"] is None
+                   or "not a time" in line or '"maybe"' in line for line in lines) < 40
+
+
+def _parses(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def test_the_readme_commands_run_as_written(spark, tmp_path, monkeypatch, capsys):
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Running the pipelines", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [[".venv/bin/sparkstate", "generate"], [".venv/bin/sparkstate", "run"]]
+    monkeypatch.chdir(tmp_path)
+    for command in commands:
+        assert main(command[1:]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "Wrote 2000 records" in printed and "caught up (--once)" in printed
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sum(m["rows_in"] for m in metrics if m["query"] == "output") == 2000
+    assert metrics[-1]["dead_letters_total"] > 0 and (tmp_path / "sessions" / "_deadletter").is_dir()
+    assert sum(m["rows_out"] for m in metrics if m["query"] == "output") == spark.read.parquet(str(tmp_path / "sessions")).count() > 0
+
+
+def test_run_visited_pages_from_an_initial_state_file(spark, tmp_path, capsys):
+    land = tmp_path / "in"
+    land.mkdir()
+    (land / "a.json").write_text('{"user_id": "a", "page": "page4"}\n{"user_id": "b", "page": "page5"}\n')
+    (tmp_path / "start.json").write_text('{"user_id": "a", "visited_pages": ["page1", "page2"]}\n')
+    assert main([
+        "run", "visited-pages", "--source", f"files:{land}", "--initial-state", str(tmp_path / "start.json"),
+        "--sink", "memory:visits_out", "--deadletter", f"json:{tmp_path / 'dead'}",
+        "--checkpoint", str(tmp_path / "ck"), "--once", "--no-progress",
+    ]) == 0, capsys.readouterr().err
+    got = sorted((r.user_id, r.visited_pages) for r in spark.table("visits_out").collect())
+    assert got == [("a", ["page1", "page2", "page4"]), ("b", ["page5"])]

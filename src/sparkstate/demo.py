@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .durations import Duration
 from .errors import ConfigError
 from .io.generator import EVENT_SCHEMA, Session, generate_events, reference_sessions, write_events
+from .jobs.control import stop_after_current_batch
 from .pipelines.sessionize import sessionize
 
 if TYPE_CHECKING:
@@ -140,28 +141,6 @@ def _progress_listener(query_id: Callable[[], Any], on_batch: Callable[[BatchInf
     return _Listener()
 
 
-def _stop_after_current_batch(query: "StreamingQuery", wait_s: float = 60.0) -> None:
-    """Let a running micro-batch commit, then stop the query.
-
-    Stopping inside a batch interrupts its state-store commit (a stack trace in Spark's log;
-    the batch is redone on restart). Batches of a file stream follow each other without a gap,
-    so the next one may already have begun when this stops: only the batch running when this
-    is called is waited for.
-    """
-    if query.isActive and query.status.get("isTriggerActive"):
-        last = query.lastProgress
-        done = -1 if last is None else last.batchId
-        deadline = time.monotonic() + wait_s
-        while query.isActive and time.monotonic() < deadline:
-            if not query.status.get("isTriggerActive"):
-                break
-            last = query.lastProgress
-            if last is not None and last.batchId > done:
-                break
-            time.sleep(0.02)
-    query.stop()
-
-
 def _parse_watermark(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -220,7 +199,7 @@ def run_demo(
             query.processAllAvailable()
             last = query.lastProgress
         finally:
-            _stop_after_current_batch(query)
+            stop_after_current_batch(query)
     finally:
         if listener is not None:
             spark.streams.removeListener(listener)

@@ -34,3 +34,15 @@ class UserFunctionError(SparkStateError):
 
 class ConfigError(SparkStateError, ValueError):
     """A query was defined with arguments that cannot work together."""
+
+
+class SinkError(SparkStateError):
+    """A sink could not be set up or could not write a micro-batch (connection, table, permissions).
+
+    Messages never contain a password: connection URLs in them are masked.
+    """
+
+
+class JobFailedError(SparkStateError):
+    """A query of a running job (``sparkstate run``, :func:`sparkstate.jobs.run_pipeline`) stopped
+    with an error; the message has the query's role and Spark's first line."""

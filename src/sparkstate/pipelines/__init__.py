@@ -1,10 +1,16 @@
 """Ready-made pipelines on the keyed state operators (api.md section 4).
 
->>> from sparkstate.pipelines import sessionize
->>> callable(sessionize)
+Each validates its input when it is defined (missing columns, wrong types: a ``ConfigError``
+that names them) and returns the output DataFrame, streaming if the input streams.
+
+>>> from sparkstate.pipelines import first_last_activity, running_count, sessionize, visited_pages
+>>> all(map(callable, (first_last_activity, running_count, sessionize, visited_pages)))
 True
 """
 
+from .first_last_activity import first_last_activity
+from .running_count import running_count
 from .sessionize import sessionize
+from .visited_pages import visited_pages
 
-__all__ = ["sessionize"]
+__all__ = ["first_last_activity", "running_count", "sessionize", "visited_pages"]

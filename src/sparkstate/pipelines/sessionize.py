@@ -25,6 +25,7 @@ from ..durations import Duration, instant_ms, positive_ms, to_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
 from ..operators import flat_map_groups_with_state, has_watermark
+from ._columns import check_column, require_dataframe
 
 TimeMode = Literal["event", "processing"]
 TIME_MODES = ("event", "processing")
@@ -131,17 +132,7 @@ class _Sessionizer:
 
 
 def _check_column(events: DataFrame, name: Any, what: str, allowed: tuple[type, ...] = (), want: str = "") -> None:
-    if not isinstance(name, str) or name not in events.columns:
-        raise ConfigError(
-            f"sessionize: {what} column {name!r} is not in the input; its columns are {', '.join(events.columns)}."
-            f" Pass {what}=<column name>."
-        )
-    dtype = events.schema[name].dataType
-    if allowed and not isinstance(dtype, allowed):
-        raise ConfigError(
-            f"sessionize: {what} column {name!r} must be of type {want}, but it is {dtype.simpleString()}."
-            f" Convert it first, e.g. events.withColumn({name!r}, F.col({name!r}).cast({want!r}))."
-        )
+    check_column(events, name, what, "sessionize", allowed, want)
 
 
 def sessionize(
@@ -193,8 +184,7 @@ def sessionize(
     u1 12:00:40 12:00:40 ['/home'] timeout
     u1 12:05:00 12:05:00 ['/help'] timeout
     """
-    if not isinstance(events, DataFrame):
-        raise ConfigError(f"sessionize: expected a pyspark DataFrame of events, got {type(events).__name__}")
+    require_dataframe(events, "sessionize")
     mode = str(time_mode).lower() if isinstance(time_mode, str) else time_mode
     if mode not in TIME_MODES:
         raise ConfigError(f"sessionize: time_mode must be 'event' or 'processing', got {time_mode!r}")

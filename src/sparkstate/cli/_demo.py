@@ -1,32 +1,20 @@
-"""The ``sparkstate`` command line. Thin: it parses, calls library functions, and prints.
-
->>> build_parser().parse_args(["demo", "--events", "500"]).events
-500
-"""
+"""``sparkstate demo``: the demo job (:func:`sparkstate.demo.run_demo`) and its summary table."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from .errors import SparkStateError
+from ._terminal import positive_int, send_process_output_to
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``sparkstate`` (one subcommand per job)."""
-    parser = argparse.ArgumentParser(
-        prog="sparkstate",
-        description="Stateful stream processing for PySpark: keyed state, timeouts and sessionization.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def add_parser(sub: Any) -> None:
+    """The ``demo`` subcommand."""
     demo = sub.add_parser(
         "demo",
         help="sessionize a generated clickstream on local Spark and write the sessions as Parquet",
@@ -37,36 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
             " processed; sessions whose gap has not yet passed the final watermark are reported as open."
         ),
     )
-    demo.add_argument("--events", type=_positive_int, default=3000, help="number of events (default: %(default)s)")
-    demo.add_argument("--users", type=_positive_int, default=60, help="number of users (default: %(default)s)")
+    demo.add_argument("--events", type=positive_int, default=3000, help="number of events (default: %(default)s)")
+    demo.add_argument("--users", type=positive_int, default=60, help="number of users (default: %(default)s)")
     demo.add_argument("--out", default="sparkstate-demo", help="output directory (default: ./%(default)s)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
     demo.set_defaults(run=_demo)
-    return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
-def _send_process_output_to(log_path: Path) -> None:
-    """Point file descriptors 1 and 2 at ``log_path`` (the JVM and the Python workers Spark starts
-    inherit them), and keep ``sys.stdout``/``sys.stderr`` on the terminal."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    term_out, term_err = os.dup(1), os.dup(2)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    sys.stdout = os.fdopen(term_out, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
-    sys.stderr = os.fdopen(term_err, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -75,7 +38,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     import sparkstate as ss
 
-    from .demo import prepare_out_dir, run_demo
+    from ..demo import prepare_out_dir, run_demo
 
     started = time.monotonic()
     out = prepare_out_dir(args.out)
@@ -83,7 +46,7 @@ def _demo(args: argparse.Namespace) -> int:
     active = SparkSession.getActiveSession()  # embedded (e.g. a notebook): use it as it is
     own_session = active is None
     if own_session:  # Spark is not started yet: its console output goes to the log file
-        _send_process_output_to(log_path)
+        send_process_output_to(log_path)
     console = Console(highlight=False)
     spark = None
     in_main_thread = threading.current_thread() is threading.main_thread()
@@ -145,34 +108,3 @@ def _print_summary(console: Any, r: Any, summary_path: Path, log_path: Path | No
         console.print("[bold red]The written sessions differ from the reference:[/]")
         for line in r.mismatches:
             console.print(f"  {line}")
-
-
-def _not_from_py4j(record: logging.LogRecord) -> bool:
-    return f"{os.sep}py4j{os.sep}" not in record.pathname
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sparkstate``; returns the exit code.
-
-    >>> main(["--help"])  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    SystemExit: 0
-    """
-    args = build_parser().parse_args(argv)
-    # py4j logs an interrupted call (Ctrl-C) with a stack trace on the root logger; the
-    # interruption is handled here, so those records are dropped.
-    logging.getLogger().addFilter(_not_from_py4j)
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    try:
-        return args.run(args)
-    except KeyboardInterrupt:
-        print("\nsparkstate: interrupted; the query was stopped.", file=sys.stderr)
-        return 130
-    except SparkStateError as exc:
-        print(f"sparkstate: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

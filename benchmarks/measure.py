@@ -1,0 +1,164 @@
+"""Measurements: batch durations and state size from query progress, memory from /proc.
+
+Memory: :class:`TreeSampler` samples, every ``interval`` seconds while a query runs, the
+process tree under the benchmark's Python driver: the driver itself, the JVM it launched, and
+the Python workers the JVM forks. It reads PSS (``/proc/<pid>/smaps_rollup``, shared pages
+split between the processes sharing them, so forked workers are not counted twice) and falls
+back to RSS (``/proc/<pid>/status``) where PSS is unreadable. Peaks are per group and of the
+total at one sample instant.
+
+>>> summarize_batches([{"batchId": b, "numInputRows": 10, "durationMs": {"triggerExecution": ms}}
+...                    for b, ms in enumerate([900, 100, 200, 300])])["p50_ms"]
+200.0
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_PROC = Path("/proc")
+
+
+def _stat(pid: str) -> tuple[str, int] | None:
+    try:
+        text = (_PROC / pid / "stat").read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1: text.rindex(")")]
+    ppid = int(text[text.rindex(")") + 2:].split()[1])
+    return comm, ppid
+
+
+def _memory_kb(pid: int) -> int:
+    for name, field in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            for line in (_PROC / str(pid) / name).read_text().splitlines():
+                if line.startswith(field):
+                    return int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def process_tree(root: int) -> dict[int, str]:
+    """``{pid: comm}`` of ``root`` and all its descendants."""
+    parents: dict[int, list[tuple[int, str]]] = {}
+    comm_of: dict[int, str] = {}
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        st = _stat(entry.name)
+        if st is None:
+            continue
+        pid = int(entry.name)
+        comm_of[pid] = st[0]
+        parents.setdefault(st[1], []).append((pid, st[0]))
+    tree = {root: comm_of.get(root, "?")}
+    todo = [root]
+    while todo:
+        for pid, comm in parents.get(todo.pop(), ()):
+            tree[pid] = comm
+            todo.append(pid)
+    return tree
+
+
+class TreeSampler:
+    """Peak memory (MB) of the Python driver, the JVM and the Python workers under ``root``."""
+
+    GROUPS = ("python_driver", "jvm", "python_workers")
+
+    def __init__(self, root: int | None = None, interval: float = 0.25) -> None:
+        self.root = root or os.getpid()
+        self.interval = interval
+        self.peak_kb = {g: 0 for g in self.GROUPS} | {"total": 0}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memory-sampler", daemon=True)
+
+    def _group(self, pid: int, comm: str) -> str | None:
+        if pid == self.root:
+            return "python_driver"
+        if comm == "java":
+            return "jvm"
+        if comm.startswith("python") or comm.startswith("pyspark"):
+            return "python_workers"
+        # The spark-class shell, and short-lived helpers the JVM spawns processes through
+        # (jspawnhelper): the latter briefly share the JVM's pages and would count it twice.
+        return None
+
+    def sample(self) -> None:
+        now = {g: 0 for g in self.GROUPS}
+        for pid, comm in process_tree(self.root).items():
+            group = self._group(pid, comm)
+            if group is not None:
+                now[group] += _memory_kb(pid)
+        for g, kb in now.items():
+            self.peak_kb[g] = max(self.peak_kb[g], kb)
+        self.peak_kb["total"] = max(self.peak_kb["total"], sum(now.values()))
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "TreeSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def result(self) -> dict:
+        out = {f"{g}_mb": round(kb / 1024, 1) for g, kb in self.peak_kb.items()}
+        return out | {"samples": self.samples, "interval_s": self.interval, "measure": "peak PSS (RSS fallback)"}
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarize_batches(progress: list[dict]) -> dict:
+    """Batch list and p50/p95 of ``triggerExecution`` with the first batch excluded."""
+    batches = [
+        {"batch": p.get("batchId"), "rows": p.get("numInputRows", 0),
+         "ms": (p.get("durationMs") or {}).get("triggerExecution")}
+        for p in progress
+    ]
+    timed = [b["ms"] for b in batches[1:] if b["ms"] is not None]
+    return {
+        "batches": batches,
+        "p50_ms": _percentile(timed, 50),
+        "p95_ms": _percentile(timed, 95),
+        "timed_batches": len(timed),
+    }
+
+
+def state_size(progress: list[dict]) -> dict:
+    """State rows and bytes after the last batch that reported state operators (summed)."""
+    for p in reversed(progress):
+        ops = p.get("stateOperators") or []
+        if ops:
+            custom: dict[str, int] = {}
+            for op in ops:
+                for k, v in (op.get("customMetrics") or {}).items():
+                    if isinstance(v, (int, float)):
+                        custom[k] = custom.get(k, 0) + v
+            return {
+                "state_rows": sum(op.get("numRowsTotal", 0) for op in ops),
+                "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in ops),
+                "state_sst_bytes": custom.get("rocksdbSstFileSize"),
+                "state_operators": [op.get("operatorName") for op in ops],
+            }
+    return {"state_rows": None, "state_memory_bytes": None, "state_sst_bytes": None, "state_operators": []}
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]

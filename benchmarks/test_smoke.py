@@ -1,0 +1,56 @@
+"""Smoke test of the benchmark suite: ``python -m benchmarks.run --quick`` end to end.
+
+It checks that every contender of both workloads ran, measured something and produced the
+same output as the Java reference. It asserts nothing about speed: targets live in the
+benchmark's output only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.contenders import contenders
+from benchmarks.data import Workload
+from benchmarks.run import parser, plan
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_run_measures_every_contender(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    [path] = tmp_path.glob("bench-*.json")
+    doc = json.loads(path.read_text())
+
+    expected = {(kind, c.name) for kind in ("count", "sessions") for c in contenders(kind)}
+    got = {(r["workload"], r["contender"]): r for r in doc["results"]}
+    assert set(got) == expected
+    for name, r in got.items():
+        assert r["error"] is None, (name, r["error"])
+        assert r["events_per_s"] > 0, name
+        assert r["events"] == r["params"]["total_events"], name
+        assert r["state_rows"] > 0, name
+        assert r["p50_ms"] is not None and r["p95_ms"] >= r["p50_ms"], name
+        assert r["memory"]["jvm_mb"] > 0, name
+        assert r["output_matches_reference"] is True, name
+        assert r["ratio_to_reference"] > 0, name
+    assert "| contender" in done.stdout and str(path) in done.stdout
+
+
+def test_sweep_plan_covers_the_grid_within_the_event_budget() -> None:
+    cells, skipped = plan(parser().parse_args(["--sweep", "--workload", "count", "--max-events", "10M"]))
+    grid = {(c.spec.keys, c.spec.events_per_key) for c in cells} | {(s["keys"], s["events_per_key"]) for s in skipped}
+    assert grid == {(k, e) for k in (1_000, 100_000, 1_000_000, 10_000_000) for e in (1, 10, 100)}
+    assert all(c.spec.total_events <= 10_000_000 for c in cells)
+    assert all(c.spec.events_per_key_per_batch == c.spec.events_per_key for c in cells)
+
+
+def test_standard_workload_layout() -> None:
+    w = Workload("count", keys=50_000, events=1_000_000)
+    assert (w.files, w.files_per_trigger, w.batches, w.total_events, w.distinct_keys) == (8, 2, 4, 1_000_000, 50_000)

@@ -1,0 +1,7 @@
+"""``python -m sparkstate.cli``: the same as the ``sparkstate`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

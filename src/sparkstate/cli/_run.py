@@ -1,0 +1,173 @@
+"""``sparkstate run``: settings -> :class:`~sparkstate.jobs.JobConfig` -> :func:`~sparkstate.jobs.run_pipeline`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._terminal import cli_logging, send_process_output_to
+
+
+def add_parser(sub: Any) -> None:
+    """The ``run`` subcommand (every setting also from env / config file)."""
+    from ..jobs.config import PIPELINE_NAMES, JobConfig
+
+    d = JobConfig("sessionize", source="generator")  # the defaults, for the help texts
+    run = sub.add_parser(
+        "run",
+        help="run a pipeline from a source to a sink (until Ctrl-C, or --once)",
+        description=(
+            "Run a pipeline on a stream: read SOURCE, send malformed records to the dead-letter sink, write"
+            " the pipeline's output to SINK, checkpoint to CHECKPOINT. Settings come from flags, then"
+            " SPARKSTATE_* environment variables (SPARKSTATE_SINK, ...), then --config FILE (YAML or TOML),"
+            " then the defaults. Ctrl-C lets the running micro-batch commit, then stops."
+        ),
+        epilog=(
+            "pipelines and their input columns: sessionize (user_id, event_time, data, is_last),"
+            " first-last-activity (user, timestamp, activity), running-count (word),"
+            " visited-pages (user_id, page). Example: sparkstate run sessionize --source files:in"
+            " --format json --sink parquet:out --checkpoint ck --time-mode event --once"
+        ),
+    )
+    run.add_argument("pipeline", nargs="?", choices=PIPELINE_NAMES, metavar="PIPELINE",
+                     help=f"one of {', '.join(PIPELINE_NAMES)} (or `pipeline` in the config file)")
+    run.add_argument("--source", metavar="SPEC",
+                     help="files:DIR | generator[:rate=..,users=..] | socket:[HOST:]PORT | kafka:BROKERS/TOPIC")
+    run.add_argument("--format", choices=("json", "csv", "parquet"), help="record format (default: json, or"
+                     " what a files: directory holds)")
+    run.add_argument("--sink", metavar="SPEC", help=f"console | memory[:NAME] | parquet:DIR | json:DIR |"
+                     f" postgres:URL/TABLE (default: {d.sink})")
+    run.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (needed by file and postgres sinks)")
+    run.add_argument("--deadletter", metavar="SPEC", help="sink for malformed records (default: DIR/_deadletter"
+                     " beside a file sink; console for console)")
+    run.add_argument("--gap", metavar="DURATION", help=f"sessionize: inactivity that ends a session (default: {d.gap})")
+    run.add_argument("--time-mode", choices=("event", "processing"), help=f"sessionize: (default: {d.time_mode})")
+    run.add_argument("--watermark", metavar="DURATION", help=f"sessionize, event time: allowed lateness"
+                     f" (default: {d.watermark})")
+    run.add_argument("--trigger", metavar="DURATION", help=f"micro-batch interval (default: {d.trigger})")
+    run.add_argument("--initial-state", metavar="PATH", help="visited-pages: Parquet or JSON of user_id,"
+                     " visited_pages to start from (json:PATH / parquet:PATH to say which)")
+    run.add_argument("--metrics", metavar="FILE", help="append one JSON line per micro-batch to FILE")
+    run.add_argument("--once", action=argparse.BooleanOptionalAction, default=None,
+                     help="process what is available (and the timeouts it makes due), then stop")
+    run.add_argument("--option", action="append", metavar="KEY=VALUE", dest="options",
+                     help="an option for the source's reader, e.g. maxFilesPerTrigger=1 (repeatable)")
+    run.add_argument("--query-name", metavar="NAME", help="name of the streaming query")
+    run.add_argument("--spark-log", metavar="FILE", help="where Spark's own output goes when sparkstate starts"
+                     " Spark (default: CHECKPOINT/spark.log, or one in the temp directory)")
+    run.add_argument("--config", metavar="FILE", help="settings from a .yaml/.yml/.toml file")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                     help="show progress: a live table on a terminal, log lines otherwise (default: on)")
+    run.set_defaults(run=_run)
+
+
+RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
+                "initial_state", "metrics", "once", "query_name", "spark_log", "config")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _default_spark_log(checkpoint: str | None) -> Path:
+    if checkpoint and "://" not in checkpoint and not checkpoint.startswith("file:"):
+        return Path(checkpoint) / "spark.log"
+    return Path(tempfile.gettempdir()) / f"sparkstate-spark-{os.getpid()}.log"
+
+
+def job_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Any:
+    """The :class:`~sparkstate.jobs.JobConfig` of parsed ``sparkstate run`` arguments (flags > env > file).
+
+    >>> from sparkstate.cli import build_parser
+    >>> args = build_parser().parse_args(["run", "running-count", "--source", "files:in", "--once"])
+    >>> cfg = job_config(args, env={"SPARKSTATE_SINK": "json:out"})
+    >>> cfg.pipeline, cfg.sink, cfg.once
+    ('running-count', 'json:out', True)
+    """
+    from ..jobs import load_config
+
+    flags = {k: getattr(args, k) for k in RUN_SETTINGS}
+    if args.options:
+        flags["options"] = ",".join(args.options)
+    return load_config(args.pipeline, flags, os.environ if env is None else env)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pyspark.sql import SparkSession
+    from rich.console import Console
+
+    import sparkstate as ss
+
+    from ..jobs import JOB_PIPELINES, run_pipeline
+    from ..observe import ProgressDisplay
+
+    config = job_config(args)
+    # Spark's console sink prints on fd 1: keep it on the terminal, and progress off the live table.
+    to_console = "console" in (config.sink.strip().lower(), (config.deadletter or "").strip().lower())
+    active = SparkSession.getActiveSession()
+    own_session = active is None
+    log_path = None
+    if own_session:  # Spark is not started yet: its console output goes to a log file
+        log_path = Path(config.spark_log) if config.spark_log else _default_spark_log(config.checkpoint)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        send_process_output_to(log_path, append=True, keep_stdout=to_console)
+    cli_logging(args.progress)
+    console = Console(highlight=False)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) if in_main_thread else None
+    spark = None
+    try:
+        with console.status("Starting Spark (local) ..."):
+            spark = active if active is not None else ss.spark_session(f"sparkstate-{config.pipeline}")
+        if in_main_thread:  # after Spark's start, which installs its own handler (see _demo); SIGTERM alike
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+        pipeline = JOB_PIPELINES[config.pipeline]
+        display = ProgressDisplay(console if args.progress and not to_console else None,
+                                  title=f"sparkstate run {config.pipeline}",
+                                  output_label=pipeline.output_label)
+        with display:
+            result = run_pipeline(spark, config, on_batch=display.update)
+    finally:
+        if own_session and spark is not None:
+            spark.stop()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
+    _print_run_summary(console, result, pipeline.output_label, log_path)
+    return 0
+
+
+def _print_run_summary(console: Any, r: Any, output_label: str, log_path: Path | None) -> None:
+    from rich.table import Table
+
+    how = {"caught_up": "caught up (--once)", "interrupted": "stopped on request", "stopped": "stopped"}
+    table = Table(title=f"sparkstate run {r.pipeline}: {how.get(r.stopped_by, r.stopped_by)}",
+                  show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("micro-batches", str(r.batches))
+    table.add_row("rows in", str(r.input_rows))
+    table.add_row(output_label, "-" if r.output_rows is None else str(r.output_rows))
+    if r.timed_out is not None:
+        table.add_row("  closed by timeout", str(r.timed_out))
+    table.add_row("dead letters", str(r.dead_letters))
+    table.add_row("keys left in state", "-" if r.state_rows is None else str(r.state_rows))
+    if r.final_watermark:
+        table.add_row("final watermark", r.final_watermark)
+    table.add_row("duration", f"{r.seconds:.1f} s")
+    console.print(table)
+    console.print(f"Output: {r.sink}")
+    if r.deadletter:
+        console.print(f"Dead letters: {r.deadletter}")
+    if r.checkpoint:
+        console.print(f"Checkpoint: {r.checkpoint}")
+    if r.metrics:
+        console.print(f"Metrics: {r.metrics}")
+    if log_path is not None:
+        console.print(f"Spark's log: {log_path.resolve()}")

@@ -1,0 +1,373 @@
+"""Where a stream's rows go: ``console``, ``parquet:DIR``, ``json:DIR``, ``postgres:URL/TABLE``, ``memory``.
+
+A sink is named by a short spec string (:func:`parse_sink` -> :class:`SinkSpec`) and started on
+a streaming DataFrame with :func:`start_sink`, which returns the ``StreamingQuery``.
+
+- ``console``: prints each micro-batch for humans (up to 100 rows, values not truncated).
+- ``memory`` / ``memory:NAME``: an in-memory table for tests, ``spark.table(NAME)``; without a
+  name, the query name or ``sparkstate_output``. Spark cannot restart it from a checkpoint.
+- ``parquet:DIR`` / ``json:DIR``: in ``append`` output mode, Spark's exactly-once file sink:
+  files plus a ``DIR/_spark_metadata`` log of committed batches, which readers use and which
+  makes a replayed batch a no-op. In ``update`` output mode (which Spark's file sink refuses)
+  each micro-batch goes to ``DIR/batch_id=N`` through ``foreachBatch``: written under
+  ``DIR/_sparkstate_tmp`` first, then renamed into place; a batch whose directory exists is
+  skipped, so a replay is a no-op too. Reading ``DIR`` then yields an extra ``batch_id``
+  column (partition discovery).
+- ``postgres:postgresql://USER@HOST:PORT/DB/TABLE``: one transaction per micro-batch holding
+  the rows and the batch id; a replayed batch is skipped (see :mod:`sparkstate.io.postgres`).
+  Each batch's rows are appended, in update mode too.
+
+File and postgres sinks need a checkpoint: it is what makes a restart resume where it
+stopped, and what the exactly-once bookkeeping is keyed on. Two mistakes that would silently
+lose or hide output are refused up front (for local paths): a *new* checkpoint on a file sink
+directory that already holds committed batches (Spark would skip the new query's first
+batches as "already committed"), and mixing the two file layouts (append and update) in one
+directory.
+
+>>> parse_sink("parquet:/data/sessions")
+SinkSpec(kind='parquet', path='/data/sessions', url=None, table=None, name=None)
+>>> parse_sink("parquet:/data/sessions").deadletter_default
+'/data/sessions/_deadletter'
+>>> str(parse_sink("postgres:postgresql://app:s3cret@db:5432/shop/sessions"))
+'postgres:postgresql://app:***@db:5432/shop/sessions'
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Union, get_args
+from urllib.parse import urlsplit
+
+from ..durations import Duration, positive_ms
+from ..errors import ConfigError, SinkError
+from .postgres import PostgresBatchWriter, PostgresTarget, mask_url, parse_postgres_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("sparkstate.io.sinks")
+
+SinkKind = Literal["console", "parquet", "json", "postgres", "memory"]
+OutputMode = Literal["append", "update"]
+SINK_KINDS: tuple[str, ...] = get_args(SinkKind)
+OUTPUT_MODES: tuple[str, ...] = get_args(OutputMode)
+
+#: The accepted spec forms, as shown in error messages.
+ACCEPTED_FORMS = ("console | memory | memory:NAME | parquet:DIR | json:DIR"
+                  " | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE")
+#: Console sink: rows shown per micro-batch.
+CONSOLE_ROWS = 100
+#: Memory sink table name when neither the spec nor the query names one.
+DEFAULT_MEMORY_NAME = "sparkstate_output"
+#: Sub-directory of a file sink that holds dead letters by default (ignored by Spark readers: leading ``_``).
+DEADLETTER_DIR = "_deadletter"
+_TMP_DIR = "_sparkstate_tmp"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """A parsed sink spec. Build it with :func:`parse_sink`.
+
+    ``path`` is set for file sinks, ``url`` (without password) and ``table`` for postgres,
+    ``name`` for a named memory sink. A password given in a postgres URL is kept out of
+    ``repr``, ``str`` and comparisons.
+
+    >>> s = parse_sink("memory:sessions")
+    >>> s.kind, s.name, s.deadletter_default
+    ('memory', 'sessions', None)
+    """
+
+    kind: SinkKind
+    path: str | None = None
+    url: str | None = None
+    table: str | None = None
+    name: str | None = None
+    password: str | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in SINK_KINDS:
+            raise ConfigError(f"SinkSpec: kind must be one of {', '.join(SINK_KINDS)}, got {self.kind!r}")
+        need = {"parquet": ("path",), "json": ("path",), "postgres": ("url", "table")}.get(self.kind, ())
+        for attr in need:
+            if not getattr(self, attr):
+                raise ConfigError(f"SinkSpec: a {self.kind} sink needs {attr}=...; build specs with parse_sink(),"
+                                  f" accepted forms: {ACCEPTED_FORMS}")
+
+    @property
+    def is_file(self) -> bool:
+        """True for ``parquet`` and ``json``."""
+        return self.kind in ("parquet", "json")
+
+    @property
+    def deadletter_default(self) -> str | None:
+        """Where dead letters go by default: ``DIR/_deadletter`` for a file sink, else ``None``.
+
+        >>> parse_sink("json:out/").deadletter_default, parse_sink("console").deadletter_default
+        ('out/_deadletter', None)
+        """
+        if not self.is_file:
+            return None
+        return f"{self.path.rstrip('/')}/{DEADLETTER_DIR}"
+
+    @property
+    def deadletter_sink(self) -> "SinkSpec | None":
+        """:attr:`deadletter_default` as a sink of the same format (``None`` when there is no default).
+
+        >>> parse_sink("parquet:/out").deadletter_sink
+        SinkSpec(kind='parquet', path='/out/_deadletter', url=None, table=None, name=None)
+        """
+        where = self.deadletter_default
+        return None if where is None else SinkSpec(self.kind, path=where)
+
+    @property
+    def postgres_target(self) -> PostgresTarget:
+        """The postgres connection target (only for ``kind == "postgres"``)."""
+        if self.kind != "postgres":
+            raise ConfigError(f"SinkSpec: postgres_target is only defined for postgres sinks, this is {self.kind!r}")
+        return PostgresTarget(url=self.url, table=self.table, password=self.password)
+
+    def __str__(self) -> str:
+        if self.kind in ("parquet", "json"):
+            return f"{self.kind}:{self.path}"
+        if self.kind == "postgres":
+            return f"postgres:{self.postgres_target.display}"
+        if self.kind == "memory" and self.name:
+            return f"memory:{self.name}"
+        return self.kind
+
+
+def parse_sink(text: str) -> SinkSpec:
+    """Parse a sink spec: ``console``, ``memory[:NAME]``, ``parquet:DIR``, ``json:DIR`` or ``postgres:URL/TABLE``.
+
+    Bad specs raise :class:`~sparkstate.errors.ConfigError` naming the accepted forms.
+
+    >>> parse_sink("console")
+    SinkSpec(kind='console', path=None, url=None, table=None, name=None)
+    >>> parse_sink("json:s3a://bucket/out").path
+    's3a://bucket/out'
+    >>> s = parse_sink("postgres:postgresql://app@db:5432/shop/public.sessions")
+    >>> s.url, s.table
+    ('postgresql://app@db:5432/shop', 'public.sessions')
+    >>> parse_sink("kafka:localhost:9092/out")
+    Traceback (most recent call last):
+    ...
+    sparkstate.errors.ConfigError: sink: unknown sink 'kafka' in 'kafka:localhost:9092/out'; expected one of: console | memory | memory:NAME | parquet:DIR | json:DIR | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE
+    """
+    if isinstance(text, SinkSpec):
+        return text
+    if not isinstance(text, str):
+        raise ConfigError(f"sink: expected a spec string ({ACCEPTED_FORMS}), got {type(text).__name__}")
+    raw = text.strip()
+    shown = mask_url(raw)
+    kind, sep, rest = raw.partition(":")
+    kind = kind.lower()
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"sink: {why} in {shown!r}; expected one of: {ACCEPTED_FORMS}")
+
+    if not raw:
+        raise ConfigError(f"sink: empty spec; expected one of: {ACCEPTED_FORMS}")
+    if kind == "console":
+        if sep:
+            raise bad("'console' takes no argument")
+        return SinkSpec("console")
+    if kind == "memory":
+        if not sep:
+            return SinkSpec("memory")
+        if not _NAME.match(rest):
+            raise bad(f"the memory sink's NAME must be a table name (letters, digits, _), got {rest!r}")
+        return SinkSpec("memory", name=rest)
+    if kind in ("parquet", "json"):
+        if not rest.strip():
+            raise bad(f"'{kind}' needs an output directory, as {kind}:DIR")
+        return SinkSpec(kind, path=rest.strip())  # type: ignore[arg-type]
+    if kind == "postgres":
+        if not rest.strip():
+            raise bad("'postgres' needs a URL with the table, as postgres:postgresql://HOST/DATABASE/TABLE")
+        target = parse_postgres_url(rest.strip())
+        return SinkSpec("postgres", url=target.url, table=target.table, password=target.password)
+    raise bad(f"unknown sink {kind!r}")
+
+
+# --- checks on local paths before starting -------------------------------------------------
+
+def _local(path: str) -> Path | None:
+    """A local filesystem path for ``path``, or ``None`` for a remote URI (hdfs://, s3a://...)."""
+    scheme = urlsplit(path).scheme
+    if scheme in ("", "file") or len(scheme) == 1:  # len 1: a Windows drive letter
+        return Path(path[len("file://"):] if path.startswith("file://") else path.removeprefix("file:"))
+    return None
+
+
+def _numbered(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name.split(".")[0]) for p in directory.iterdir() if p.name.split(".")[0].isdigit())
+
+
+def _check_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -> None:
+    ck = _local(checkpoint) if checkpoint else None
+    fresh = ck is not None and not _numbered(ck / "commits") and not _numbered(ck / "offsets")
+    if spec.kind == "memory" and ck is not None and not fresh:
+        raise ConfigError(f"memory sink: the checkpoint {checkpoint!r} holds an earlier run, and Spark's memory sink"
+                          " cannot recover from a checkpoint; use a new checkpoint directory (or a file sink to"
+                          " test restarts)")
+    if not spec.is_file:
+        return
+    out = _local(spec.path)
+    if out is None:
+        return
+    committed = _numbered(out / "_spark_metadata")
+    batch_dirs = sorted(out.glob("batch_id=*")) if out.is_dir() else []
+    if output_mode == "update" and committed:
+        raise ConfigError(f"{spec}: in update mode batches go to {spec.path}/batch_id=N, but this directory holds"
+                          " append-mode output (_spark_metadata), and readers would ignore the batch directories;"
+                          " use another directory")
+    if output_mode == "append" and batch_dirs:
+        raise ConfigError(f"{spec}: this directory holds update-mode output (batch_id=N directories), which"
+                          " Spark's append-mode file sink would hide from readers; use another directory")
+    if fresh and (committed or batch_dirs):
+        have = f"batches up to {committed[-1]}" if committed else f"{len(batch_dirs)} batch directories"
+        raise ConfigError(f"{spec}: the directory already holds output of another query ({have}) but the"
+                          f" checkpoint {checkpoint!r} is new, so the new query's first batches would be"
+                          " skipped as already written; use an empty output directory, or the checkpoint"
+                          " that wrote it")
+
+
+# --- update mode for file sinks --------------------------------------------------------------
+
+class FileBatchWriter:
+    """``foreachBatch`` function writing each micro-batch to ``DIR/batch_id=N``, exactly once.
+
+    The batch is written to ``DIR/_sparkstate_tmp/batch_id=N-<uuid>`` and renamed into place
+    (atomic on local and HDFS file systems); a batch whose directory already exists was
+    committed before and is skipped. Empty batches write nothing.
+
+    >>> FileBatchWriter("parquet", "/out")
+    FileBatchWriter('parquet', '/out')
+    """
+
+    def __init__(self, fmt: Literal["parquet", "json"], path: str) -> None:
+        self.fmt = fmt
+        self.path = path.rstrip("/") or "/"
+
+    def __repr__(self) -> str:
+        return f"FileBatchWriter({self.fmt!r}, {self.path!r})"
+
+    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
+        spark = batch_df.sparkSession
+        jvm = spark._jvm  # Hadoop FileSystem: the same code for local, HDFS and object stores
+        HPath = jvm.org.apache.hadoop.fs.Path
+        root = HPath(self.path)
+        fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
+        target = HPath(root, f"batch_id={batch_id}")
+        if fs.exists(target):
+            log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
+            return
+        tmp_root = HPath(root, _TMP_DIR)
+        stale = fs.globStatus(HPath(tmp_root, f"batch_id={batch_id}-*")) or []
+        for status in stale:  # left by an attempt that died before its rename
+            fs.delete(status.getPath(), True)
+        batch_df.persist()
+        try:
+            if batch_df.isEmpty():
+                return
+            tmp = HPath(tmp_root, f"batch_id={batch_id}-{uuid.uuid4().hex}")
+            batch_df.write.format(self.fmt).save(tmp.toString())
+        finally:
+            batch_df.unpersist()
+        if not fs.rename(tmp, target):
+            if fs.exists(target):  # another attempt won the race
+                fs.delete(tmp, True)
+                return
+            raise SinkError(f"{self.fmt}:{self.path}: could not move batch {batch_id} from {tmp.toString()}"
+                            f" to {target.toString()}")
+        log.info("%s:%s: batch %d written", self.fmt, self.path, batch_id)
+
+
+# --- starting ------------------------------------------------------------------------------
+
+def start_sink(
+    df: "DataFrame",
+    spec: Union[SinkSpec, str],
+    checkpoint: str | Path | None = None,
+    *,
+    trigger: Duration | None = None,
+    output_mode: OutputMode = "append",
+    query_name: str | None = None,
+) -> "StreamingQuery":
+    """Start writing the streaming DataFrame ``df`` to ``spec``; return the running query.
+
+    ``checkpoint`` is required for file and postgres sinks (optional for console and
+    memory); ``trigger`` is a processing-time interval (``"1 second"``, a ``timedelta``, ms)
+    or ``None`` for "as fast as possible"; ``output_mode`` is ``"append"`` or ``"update"``
+    (in update mode a file sink writes one directory per batch, a postgres sink appends each
+    batch's rows as they are).
+
+    >>> import sparkstate as ss, tempfile
+    >>> spark = ss.spark_session()
+    >>> d = tempfile.mkdtemp()
+    >>> _ = open(f"{d}/a.json", "w").write('{"user_id": "u1", "n": 1}\\n{"user_id": "u2", "n": 2}\\n')
+    >>> stream = spark.readStream.schema("user_id string, n long").json(d)
+    >>> query = start_sink(stream, parse_sink("memory:doc_sink"), checkpoint=f"{d}_ck")
+    >>> query.processAllAvailable(); query.stop()
+    >>> sorted(r.n for r in spark.table("doc_sink").collect())
+    [1, 2]
+    """
+    spec = parse_sink(spec) if isinstance(spec, str) else spec
+    if not isinstance(spec, SinkSpec):
+        raise ConfigError(f"start_sink: expected a SinkSpec or a spec string ({ACCEPTED_FORMS}),"
+                          f" got {type(spec).__name__}")
+    if not getattr(df, "isStreaming", False):
+        raise ConfigError(f"start_sink({spec}): expected a streaming DataFrame (spark.readStream...), got"
+                          f" {'a static DataFrame; write it with df.write' if hasattr(df, 'isStreaming') else type(df).__name__}")
+    mode = output_mode.lower() if isinstance(output_mode, str) else output_mode
+    if mode not in OUTPUT_MODES:
+        raise ConfigError(f"start_sink({spec}): output_mode must be 'append' or 'update', got {output_mode!r}")
+    checkpoint = str(checkpoint) if checkpoint is not None else None
+    if checkpoint is None and spec.kind in ("parquet", "json", "postgres"):
+        raise ConfigError(f"start_sink({spec}): a {spec.kind} sink needs checkpoint=DIR (it is what makes the"
+                          " output exactly-once across restarts)")
+    name = query_name
+    if spec.kind == "memory":
+        if spec.name and query_name and spec.name != query_name:
+            raise ConfigError(f"start_sink({spec}): the memory sink's table is the query name; got the name"
+                              f" {spec.name!r} in the spec and query_name={query_name!r}; give one")
+        name = spec.name or query_name or DEFAULT_MEMORY_NAME
+    _check_paths(spec, checkpoint, mode)
+
+    writer = df.writeStream.outputMode(mode)
+    if trigger is not None:
+        try:
+            ms = positive_ms(trigger, f"start_sink({spec}): trigger")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        writer = writer.trigger(processingTime=f"{ms} milliseconds")
+    if name:
+        writer = writer.queryName(name)
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", checkpoint)
+
+    if spec.kind == "console":
+        writer = writer.format("console").option("truncate", "false").option("numRows", CONSOLE_ROWS)
+    elif spec.kind == "memory":
+        writer = writer.format("memory")
+    elif spec.is_file and mode == "append":
+        writer = writer.format(spec.kind).option("path", spec.path)
+    elif spec.is_file:
+        writer = writer.foreachBatch(FileBatchWriter(spec.kind, spec.path))  # type: ignore[arg-type]
+    else:  # postgres
+        pg = PostgresBatchWriter(spec.postgres_target)
+        pg.prepare(df.schema)
+        writer = writer.foreachBatch(pg)
+    log.info("starting sink %s (output mode %s, checkpoint %s)", spec, mode, checkpoint)
+    return writer.start()
+
+
+__all__ = ["ACCEPTED_FORMS", "FileBatchWriter", "OutputMode", "SinkKind", "SinkSpec", "parse_sink", "start_sink"]

@@ -1,0 +1,330 @@
+"""What a ``sparkstate run`` job is: :class:`JobConfig`, and where its settings come from.
+
+Settings come from four layers, each overriding the one before: built-in defaults, a config
+file (YAML or TOML), ``SPARKSTATE_*`` environment variables, and command-line flags.
+:func:`load_config` merges them. Names are the flags' long names; in files ``-`` and ``_`` are
+the same (``time-mode`` or ``time_mode``); environment variables are ``SPARKSTATE_`` plus the
+name in capitals with ``_`` (``SPARKSTATE_TIME_MODE``). A config file names its pipeline as
+``pipeline``; reader options are a table ``options`` (file) or ``KEY=VALUE,...`` (variable).
+
+>>> cfg = load_config("running-count", flags={"source": "files:in", "sink": "console"}, env={})
+>>> cfg.pipeline, cfg.trigger, cfg.once
+('running-count', '1 second', False)
+>>> load_config("sessionize", flags={"source": "files:in", "gap": "2 minutes"},
+...             env={"SPARKSTATE_GAP": "5 minutes", "SPARKSTATE_ONCE": "yes"}).gap
+'2 minutes'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from ..durations import positive_ms, to_ms
+from ..errors import ConfigError
+
+log = logging.getLogger("sparkstate.jobs")
+
+PipelineName = Literal["sessionize", "first-last-activity", "running-count", "visited-pages"]
+PIPELINE_NAMES: tuple[str, ...] = ("sessionize", "first-last-activity", "running-count", "visited-pages")
+TIME_MODES = ("event", "processing")
+FORMATS = ("json", "csv", "parquet")
+ENV_PREFIX = "SPARKSTATE_"
+
+#: Settings that only some pipelines use (the others refuse or ignore them).
+SESSIONIZE_ONLY = ("gap", "time_mode", "watermark")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One streaming job: a pipeline between a source and a sink (see ``sparkstate run --help``).
+
+    ``source``/``sink``/``deadletter`` are spec strings (:func:`sparkstate.io.sources.parse_source`,
+    :func:`sparkstate.io.sinks.parse_sink`); ``deadletter=None`` means the sink's default
+    (``DIR/_deadletter`` beside a file sink). ``gap``, ``time_mode`` and ``watermark`` are
+    sessionize's; ``initial_state`` (a Parquet or JSON path) is visited-pages'. ``once``: stop
+    when the input available at the start is processed. ``options`` go to the source's reader.
+
+    >>> JobConfig("running-count", source="files:in").sink
+    'console'
+    >>> JobConfig("sessions", source="files:in")
+    Traceback (most recent call last):
+    ...
+    sparkstate.errors.ConfigError: run: unknown pipeline 'sessions'; choose one of sessionize, first-last-activity, running-count, visited-pages
+    """
+
+    pipeline: str
+    source: str
+    sink: str = "console"
+    checkpoint: str | None = None
+    format: str | None = None
+    deadletter: str | None = None
+    gap: str = "1 minute"
+    time_mode: str = "event"
+    watermark: str = "10 seconds"
+    trigger: str = "1 second"
+    initial_state: str | None = None
+    metrics: str | None = None
+    once: bool = False
+    query_name: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    spark_log: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pipeline not in PIPELINE_NAMES:
+            raise ConfigError(f"run: unknown pipeline {self.pipeline!r}; choose one of {', '.join(PIPELINE_NAMES)}")
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ConfigError("run: a source is required: --source SPEC (e.g. files:DIR), SPARKSTATE_SOURCE or"
+                              " `source` in the config file")
+        if self.format is not None and self.format not in FORMATS:
+            raise ConfigError(f"run: format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.time_mode not in TIME_MODES:
+            raise ConfigError(f"run: time mode must be 'event' or 'processing', got {self.time_mode!r}")
+        try:
+            positive_ms(self.gap, "run: gap")
+            positive_ms(self.trigger, "run: trigger")
+            if to_ms(self.watermark, "run: watermark") < 0:
+                raise ValueError(f"run: watermark must be zero or positive, got {self.watermark!r}")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.initial_state is not None and self.pipeline != "visited-pages":
+            raise ConfigError(f"run: --initial-state applies to visited-pages only, not to {self.pipeline}")
+        # The specs are checked now, before Spark starts (parsing them needs no Spark).
+        from ..io.sinks import parse_sink
+        from ..io.sources import parse_source
+
+        parse_source(self.source)
+        parse_sink(self.sink)
+        if self.deadletter is not None:
+            parse_sink(self.deadletter)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values (``options`` as a dict)."""
+        d = dataclasses.asdict(self)
+        d["options"] = dict(self.options)
+        return d
+
+
+def _absolute(path: str) -> str:
+    if "://" in path or path.startswith("file:") or os.path.isabs(path):
+        return path
+    return str(Path(path).expanduser().absolute())
+
+
+def _absolute_spec(spec: str, kinds: tuple[str, ...]) -> str:
+    kind, sep, rest = spec.partition(":")
+    if sep and kind.strip().lower() in kinds and rest.strip():
+        return f"{kind}:{_absolute(rest.strip())}"
+    return spec
+
+
+def with_absolute_paths(config: JobConfig) -> JobConfig:
+    """``config`` with relative local paths made absolute against this process's directory.
+
+    Spark resolves a relative path against its JVM's working directory, which need not be
+    this process's (a notebook that changed directory, a cluster); a job means the latter.
+
+    >>> import os
+    >>> cfg = with_absolute_paths(JobConfig("running-count", source="files:in", sink="json:out", checkpoint="ck"))
+    >>> cfg.source == "files:" + os.path.abspath("in"), cfg.checkpoint == os.path.abspath("ck")
+    (True, True)
+    >>> with_absolute_paths(JobConfig("running-count", source="kafka:h:9092/t", sink="json:s3a://b/out")).sink
+    'json:s3a://b/out'
+    """
+    changes: dict[str, Any] = {"source": _absolute_spec(config.source, ("files",)),
+                               "sink": _absolute_spec(config.sink, ("parquet", "json"))}
+    if config.deadletter:
+        changes["deadletter"] = _absolute_spec(config.deadletter, ("parquet", "json"))
+    for name in ("checkpoint", "metrics", "spark_log"):
+        value = getattr(config, name)
+        if value:
+            changes[name] = _absolute(value)
+    state = config.initial_state
+    if state:
+        changes["initial_state"] = _absolute_spec(state, ("json", "parquet")) if ":" in state else _absolute(state)
+    return dataclasses.replace(config, **changes)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(JobConfig)}
+_BOOLS = {"once"}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _key(name: str, where: str) -> str:
+    key = str(name).strip().lower().replace("-", "_")
+    if key not in _FIELDS:
+        known = ", ".join(n.replace("_", "-") for n in _FIELDS)
+        raise ConfigError(f"{where}: unknown setting {name!r}; known settings: {known}")
+    return key
+
+
+def _bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+
+
+def _options(value: Any, where: str) -> dict[str, str]:
+    if isinstance(value, Mapping):
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    if isinstance(value, str):
+        out = {}
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip():
+                raise ConfigError(f"{where}: options are KEY=VALUE pairs separated by commas, got {item!r}")
+            out[k.strip()] = v.strip()
+        return out
+    if isinstance(value, (list, tuple)):
+        return _options(",".join(map(str, value)), where)
+    raise ConfigError(f"{where}: options must be a table of KEY = VALUE, got {type(value).__name__}")
+
+
+def _normalize(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        key = _key(name, where)
+        if value is None:
+            continue
+        if key in _BOOLS:
+            out[key] = _bool(value, f"{where}: {key}")
+        elif key == "options":
+            out[key] = _options(value, f"{where}: options")
+        elif isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: {key} must be a single value, got {type(value).__name__}")
+        else:
+            out[key] = str(value)
+    return out
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The settings in a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file.
+
+    TOML is read with the standard library's ``tomllib`` (Python 3.11+; ``tomli`` before);
+    YAML needs PyYAML (``pip install 'sparkstate[config]'``).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "job.toml")
+    >>> _ = open(p, "w").write('pipeline = "sessionize"\\ngap = "2 minutes"\\n[options]\\nmaxFilesPerTrigger = 1\\n')
+    >>> read_config_file(p)
+    {'pipeline': 'sessionize', 'gap': '2 minutes', 'options': {'maxFilesPerTrigger': '1'}}
+    """
+    p = Path(path)
+    where = f"config file {p}"
+    suffix = p.suffix.lower()
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise ConfigError(f"{where}: expected a .yaml, .yml or .toml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    if suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            try:
+                import tomli as tomllib
+            except ImportError:
+                raise ConfigError(f"{where}: reading TOML on Python 3.10 needs tomli:"
+                                  " pip install 'sparkstate[config]'") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    else:
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError(f"{where}: reading YAML needs PyYAML: pip install 'sparkstate[config]'") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{where}: not valid YAML: {exc}") from None
+        data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of settings (key: value), got {type(data).__name__}")
+    return _normalize(data, where)
+
+
+def read_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The settings in ``SPARKSTATE_*`` variables of ``env`` (others, e.g. ``SPARKSTATE_MASTER``, are not job settings).
+
+    >>> read_env({"SPARKSTATE_SINK": "console", "SPARKSTATE_ONCE": "1", "SPARKSTATE_MASTER": "local[2]"})
+    {'sink': 'console', 'once': True}
+    """
+    raw = {}
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX):].lower()
+            if key in _FIELDS:
+                raw[key] = value
+    return _normalize(raw, "environment")
+
+
+def load_config(
+    pipeline: str | None = None,
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike | None = None,
+) -> JobConfig:
+    """Merge defaults < config file < environment < ``flags`` (and ``pipeline``) into a :class:`JobConfig`.
+
+    ``flags`` hold what was given on the command line (``None`` values are "not given").
+    ``env`` defaults to ``os.environ``; the config file is ``config_file``, else
+    ``flags["config"]``, else ``SPARKSTATE_CONFIG``.
+
+    >>> load_config(flags={"source": "files:in"}, env={"SPARKSTATE_PIPELINE": "running-count"}).pipeline
+    'running-count'
+    """
+    env = os.environ if env is None else env
+    flags = dict(flags or {})
+    path = config_file or flags.pop("config", None) or env.get(ENV_PREFIX + "CONFIG") or None
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if path:
+        layers.append((f"config file {path}", read_config_file(path)))
+    layers.append(("environment", read_env(env)))
+    given = {k: v for k, v in flags.items() if v is not None}
+    if pipeline is not None:
+        given["pipeline"] = pipeline
+    layers.append(("flags", _normalize(given, "flags")))
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for where, values in layers:
+        merged.update(values)
+        origin.update({k: where for k in values})
+    if "pipeline" not in merged:
+        raise ConfigError(f"run: name the pipeline ({', '.join(PIPELINE_NAMES)}): sparkstate run PIPELINE,"
+                          " SPARKSTATE_PIPELINE or `pipeline` in the config file")
+    if "source" not in merged:
+        raise ConfigError("run: a source is required: --source SPEC (e.g. files:DIR), SPARKSTATE_SOURCE or"
+                          " `source` in the config file")
+    if merged["pipeline"] != "sessionize":
+        for key in SESSIONIZE_ONLY:
+            if key in merged:
+                log.warning("run: %s (from the %s) applies to sessionize only; %s ignores it",
+                            key.replace("_", "-"), origin[key], merged["pipeline"])
+                del merged[key]
+    return JobConfig(**merged)
+
+
+__all__ = [
+    "ENV_PREFIX",
+    "JobConfig",
+    "PIPELINE_NAMES",
+    "PipelineName",
+    "load_config",
+    "read_config_file",
+    "read_env",
+    "with_absolute_paths",
+]

@@ -1,0 +1,148 @@
+"""Ending streaming queries well: "caught up" detection, and stopping between micro-batches.
+
+``processAllAvailable()`` never returns for a query with processing-time timers (Spark runs a
+no-data batch at every trigger), and ``trigger(availableNow=True)`` never ends for one. So a
+job that must "process what is there, then stop" watches each query instead
+(:func:`is_caught_up`): it is done when its last trigger found no new data in the source, seen
+either in the status between triggers (``isDataAvailable`` false) or in the last progress
+report (a batch whose sources' start and end offsets are equal). That trigger ran the no-data
+batch Spark needed, if any: in event time the batch with the final watermark, which fired
+every timer due by it. Processing-time timers that are not due yet are not waited for: they
+stay in the checkpoint's state, and a restart continues them.
+
+Stopping a query inside a batch interrupts its state-store commit (a stack trace in Spark's
+log; the batch is redone on restart): :func:`stop_after_current_batch` lets the running batch
+commit first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import JobFailedError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+#: How Spark's status messages begin before a query's first trigger.
+STARTING_PREFIX = "Initializing"
+
+
+def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | None:
+    """The error of a query that stopped on one, else ``None``."""
+    if query.isActive:
+        return None
+    exc = query.exception()
+    if exc is None:
+        return None
+    text = str(exc).strip().splitlines()
+    return JobFailedError(f"the {what} stopped with an error: {text[0] if text else type(exc).__name__}")
+
+
+def _no_data_batch(progress: Any) -> bool:
+    """Whether a progress report is of a batch that found no new data in any source."""
+    try:
+        report = json.loads(progress.json)
+    except Exception:
+        return False
+    sources = report.get("sources") or []
+    return bool(sources) and all(
+        s.get("startOffset") is not None and s.get("startOffset") == s.get("endOffset") for s in sources
+    )
+
+
+def is_caught_up(query: "StreamingQuery") -> bool:
+    """Whether ``query`` has processed everything its source had (see the module docstring).
+
+    Either the query is between triggers and its last trigger found no new data (Spark sets
+    ``isDataAvailable`` when it asks the source), or its last batch read no new offsets: a
+    no-data batch, which a query with processing-time timers runs at every trigger, so that
+    its batches may follow each other without a gap to observe. Either way, the no-data batch
+    Spark needed after the input (the final watermark's, firing the timers due by it) has run.
+    A stopped query is caught up (there is nothing more it will do).
+    """
+    if not query.isActive:
+        return True
+    status: dict[str, Any] = query.status
+    if not status.get("isTriggerActive") and not status.get("isDataAvailable") \
+            and not str(status.get("message", "")).startswith(STARTING_PREFIX):
+        return True
+    last = query.lastProgress
+    return last is not None and _no_data_batch(last)
+
+
+def _last_batch(query: "StreamingQuery") -> int | None:
+    last = query.lastProgress
+    return None if last is None else last.batchId
+
+
+def wait_until_caught_up(
+    queries: Sequence[tuple[str, "StreamingQuery"]], poll_s: float = 0.2, timeout_s: float | None = None
+) -> bool:
+    """Block until every query has been seen caught up (each once: later input is not waited for).
+
+    ``queries`` are ``(what, query)`` pairs (``what`` names the query in errors). Raises
+    :class:`JobFailedError` when one fails; returns ``False`` when ``timeout_s`` passes first.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pending = list(queries)
+    while True:
+        for what, q in queries:
+            err = failure(q, what)
+            if err is not None:
+                raise err
+        pending = [(what, q) for what, q in pending if not is_caught_up(q)]
+        if not pending:
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+
+
+def wait_until_stopped(queries: Sequence[tuple[str, "StreamingQuery"]], poll_s: float = 0.5) -> None:
+    """Block until a query fails (raises :class:`JobFailedError`) or all are stopped.
+
+    Ctrl-C (``KeyboardInterrupt``) ends the wait; the caller stops the queries.
+    """
+    while True:
+        for what, q in queries:
+            err = failure(q, what)
+            if err is not None:
+                raise err
+        if not any(q.isActive for _, q in queries):
+            return
+        time.sleep(poll_s)
+
+
+def stop_after_current_batch(query: "StreamingQuery", wait_s: float = 60.0) -> None:
+    """Let a running micro-batch commit, then stop the query.
+
+    Batches of a file stream may follow each other without a gap, so only the batch running
+    when this is called is waited for (the next one may have begun when the query stops; the
+    checkpoint redoes it on restart).
+    """
+    if query.isActive and query.status.get("isTriggerActive"):
+        done = _last_batch(query)
+        done = -1 if done is None else done
+        deadline = time.monotonic() + wait_s
+        while query.isActive and time.monotonic() < deadline:
+            if not query.status.get("isTriggerActive"):
+                break
+            last = _last_batch(query)
+            if last is not None and last > done:
+                break
+            time.sleep(0.02)
+    query.stop()
+
+
+__all__ = [
+    "STARTING_PREFIX",
+    "JobFailedError",
+    "failure",
+    "is_caught_up",
+    "stop_after_current_batch",
+    "wait_until_caught_up",
+    "wait_until_stopped",
+]

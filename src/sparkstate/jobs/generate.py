@@ -1,0 +1,85 @@
+"""``sparkstate generate`` as library calls: the generator's records into files, or onto a socket.
+
+>>> import tempfile
+>>> from sparkstate.io.generator import StreamConfig
+>>> written = generate_files(tempfile.mkdtemp(), StreamConfig(users=2, events=20, rate=0, malformed_share=0.2), files=2)
+>>> len(written.paths), written.records, written.records == sum(written.kinds.values())
+(2, 20, True)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..io.generator import StreamConfig, serve_events, stream_records
+from ..io.line_server import LineServer
+
+
+@dataclass(frozen=True)
+class GeneratedFiles:
+    """What :func:`generate_files` wrote: the files in order, and how many records of each kind."""
+
+    directory: str
+    paths: list[str]
+    records: int
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+def generate_files(directory: str | os.PathLike, config: StreamConfig, files: int = 10) -> GeneratedFiles:
+    """Write the generator's records ``0 .. config.events`` as JSON lines into ``files`` files.
+
+    The records are :func:`~sparkstate.io.generator.stream_records` (``late`` and malformed ones
+    included, as ``config`` asks). The files are consecutive, nearly equal parts in record
+    order (``part-00000.json``, ...), each written under a hidden name and renamed, with
+    modification times one second apart, so a file stream reads them in order. Existing files
+    are never overwritten.
+    """
+    if config.events is None:
+        raise ConfigError("generate: writing files needs a number of events (--events N)")
+    if files < 1:
+        raise ConfigError(f"generate: files must be >= 1, got {files!r}")
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    names = [target / f"part-{i:05d}.json" for i in range(files)]
+    clash = [p.name for p in names if p.exists()]
+    if clash:
+        raise ConfigError(
+            f"generate: {target} already holds {', '.join(clash[:3])}{' ...' if len(clash) > 3 else ''};"
+            " write into an empty directory (a file stream would skip files it has already read)"
+        )
+    records = stream_records(config)
+    per, extra = divmod(len(records), files)
+    base = int(time.time()) - files
+    pos = 0
+    for i, path in enumerate(names):
+        n = per + (1 if i < extra else 0)
+        chunk = records[pos: pos + n]
+        pos += n
+        tmp = target / f".{path.name}.tmp"
+        tmp.write_text("".join(r.line + "\n" for r in chunk), encoding="utf-8")
+        os.utime(tmp, (base + i, base + i))
+        tmp.rename(path)
+    kinds = dict(sorted(Counter(r.kind for r in records).items()))
+    return GeneratedFiles(str(target), [str(p) for p in names], len(records), kinds)
+
+
+def serve_generated(config: StreamConfig, port: int, host: str = "127.0.0.1") -> LineServer:
+    """Serve the generator's records as JSON lines on ``host:port`` (every client gets the stream from
+    its start, paced at ``config.rate`` records per second); close the returned server to stop.
+
+    >>> import socket
+    >>> with serve_generated(StreamConfig(users=1, events=3, rate=0), port=0) as server:
+    ...     with socket.create_connection((server.host, server.port), timeout=5) as conn:
+    ...         f = conn.makefile()
+    ...         [f.readline().startswith("{") for _ in range(3)]
+    [True, True, True]
+    """
+    return serve_events(config, host, port)
+
+
+__all__ = ["GeneratedFiles", "generate_files", "serve_generated"]

@@ -1,0 +1,109 @@
+"""The pipelines ``sparkstate run`` knows: their input schema, output mode and how to build them.
+
+>>> sorted(JOB_PIPELINES)
+['first-last-activity', 'running-count', 'sessionize', 'visited-pages']
+>>> JOB_PIPELINES["sessionize"].output_mode, JOB_PIPELINES["running-count"].output_mode
+('append', 'update')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from pyspark.sql import functions as F
+
+from ..errors import ConfigError
+from ..io.generator import EVENT_SCHEMA
+from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
+from ..pipelines.visited_pages import PAGES_COLUMN
+from .config import JobConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class JobPipeline:
+    """How a job runs one pipeline.
+
+    ``schema``: the records the source must deliver (DDL). ``output_mode``: what the pipeline
+    emits: ``append`` (each row final: sessions) or ``update`` (a key's latest value, again
+    each time it changes). ``build(events, config, spark)`` defines the output DataFrame.
+    ``output_label`` names the output rows in progress displays; ``observe`` adds counts of
+    the output (beyond its row count) to the per-batch metrics.
+    """
+
+    name: str
+    schema: str
+    output_mode: str
+    build: Callable[["DataFrame", JobConfig, "SparkSession"], "DataFrame"]
+    output_label: str = "rows emitted"
+    observe: Callable[[], list["Column"]] | None = None
+
+
+def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
+    return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark)  # type: ignore[arg-type]
+
+
+def _timed_out() -> list["Column"]:
+    return [F.sum(F.when(F.col("closed_by") == "timeout", 1).otherwise(0)).alias("timed_out")]
+
+
+INITIAL_STATE_SCHEMA = f"user_id string, {PAGES_COLUMN} array<string>"
+
+
+def read_initial_state(spark: "SparkSession", path: str) -> "DataFrame":
+    """visited-pages' initial state from Parquet or JSON lines (``user_id``, ``visited_pages``).
+
+    ``json:PATH`` / ``parquet:PATH`` say the format; otherwise ``.json``, ``.jsonl`` and
+    ``.ndjson`` (a file, or a directory holding such files) are JSON, anything else Parquet.
+
+    >>> import sparkstate as ss, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "pages.json")
+    >>> _ = open(p, "w").write('{"user_id": "a", "visited_pages": ["page1"]}\\n')
+    >>> read_initial_state(ss.spark_session(), p).collect()
+    [Row(user_id='a', visited_pages=['page1'])]
+    """
+    fmt, sep, rest = path.partition(":")
+    if sep and fmt in ("json", "parquet"):
+        target = rest
+    else:
+        target, fmt = path, "parquet"
+        local = Path(path)
+        names = [p.name for p in local.iterdir()] if local.is_dir() else [local.name]
+        if any(n.lower().endswith((".json", ".jsonl", ".ndjson")) for n in names):
+            fmt = "json"
+        if not local.exists() and "://" not in path:
+            raise ConfigError(f"run: the initial state {path} does not exist")
+    try:
+        if fmt == "json":
+            return spark.read.schema(INITIAL_STATE_SCHEMA).json(target)
+        return spark.read.parquet(target)
+    except Exception as exc:
+        raise ConfigError(f"run: cannot read the initial state {path} as {fmt}: {str(exc).splitlines()[0]}") from None
+
+
+def _visited_pages(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
+    initial = read_initial_state(spark, cfg.initial_state) if cfg.initial_state else None
+    return visited_pages(events, initial_state=initial)
+
+
+JOB_PIPELINES: dict[str, JobPipeline] = {
+    p.name: p
+    for p in (
+        JobPipeline("sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out),
+        JobPipeline(
+            "first-last-activity", "user string, timestamp timestamp, activity string", "update",
+            lambda events, cfg, spark: first_last_activity(events), "spans emitted",
+        ),
+        JobPipeline(
+            "running-count", "word string", "update",
+            lambda events, cfg, spark: running_count(events), "counts emitted",
+        ),
+        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted"),
+    )
+}
+
+__all__ = ["INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "read_initial_state"]

@@ -1,0 +1,147 @@
+"""A StreamingQueryListener that records every micro-batch of a job's queries.
+
+Each progress report of a watched query becomes a :class:`~sparkstate.observe.metrics.BatchMetrics`:
+appended as one JSON line to the metrics file (when one is given), added to the running
+:class:`~sparkstate.observe.metrics.RunTotals`, and passed to ``on_batch`` (a progress display).
+Reports of other queries of the session are ignored. Spark calls listeners on its listener
+thread, after the batch; :meth:`MetricsListener.wait_for` lets a caller wait until a batch has
+been recorded.
+
+>>> import json, tempfile, os
+>>> path = os.path.join(tempfile.mkdtemp(), "metrics.jsonl")
+>>> listener = MetricsListener(path)
+>>> listener.record({"id": "q1", "batchId": 0, "numInputRows": 3}, "output")
+>>> listener.close()
+>>> json.loads(open(path).read())["rows_in"]
+3
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from .metrics import BatchMetrics, Role, RunTotals, batch_metrics
+
+log = logging.getLogger("sparkstate.observe")
+
+# Reports kept for queries not watched yet: a query's first batches, before watch() names it.
+_EARLY_QUERIES = 16
+_EARLY_REPORTS = 20
+
+OnBatch = Callable[[BatchMetrics, RunTotals], None]
+
+
+class MetricsListener(StreamingQueryListener):
+    """Records the batches of the queries it :meth:`watch` es; see the module docstring.
+
+    ``path``: the metrics file (JSON lines, appended to; ``None``: no file). ``on_batch``:
+    called with each batch's metrics and the totals after it; an exception it raises is logged,
+    never passed to Spark.
+
+    Reports that arrive for a query before :meth:`watch` names it (a fast first batch) are
+    kept, and recorded when it is named.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, on_batch: OnBatch | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.on_batch = on_batch
+        self.totals = RunTotals()
+        self.batches: list[BatchMetrics] = []
+        self._roles: dict[str, Role] = {}
+        self._early: dict[str, list[dict]] = {}
+        self._seen: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._file = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
+
+    # -- wiring -------------------------------------------------------------------------------
+    def watch(self, query: Any, role: Role = "output") -> None:
+        """Record the batches of ``query`` (a ``StreamingQuery``) as ``role``."""
+        qid = str(query.id)
+        with self._cond:
+            self._roles[qid] = role
+            early = self._early.pop(qid, [])
+        for progress in early:
+            self.record(progress, role)
+
+    def wait_for(self, query: Any, batch_id: int | None, timeout_s: float = 10.0) -> bool:
+        """Wait until batch ``batch_id`` of ``query`` has been recorded; ``False`` on timeout."""
+        if batch_id is None:
+            return True
+        qid = str(query.id)
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._seen.get(qid, -1) < batch_id:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self) -> None:
+        """Close the metrics file (the listener records nothing more to it)."""
+        with self._cond:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    # -- recording ----------------------------------------------------------------------------
+    def record(self, progress: Mapping[str, Any], role: Role) -> None:
+        """Record one progress report (a dict of ``StreamingQueryProgress.json``) as ``role``."""
+        with self._cond:
+            m = batch_metrics(progress, role, self.totals.dead_letters)
+            self.totals = self.totals.add(m)
+            self.batches.append(m)
+            if self._file is not None:
+                self._file.write(json.dumps(m.to_dict(), separators=(",", ":")) + "\n")
+                self._file.flush()
+            qid = str(progress.get("id"))
+            self._seen[qid] = max(self._seen.get(qid, -1), m.batch_id)
+            totals = self.totals
+            self._cond.notify_all()
+        if self.on_batch is not None:
+            try:
+                self.on_batch(m, totals)
+            except Exception:  # a display must never break the query
+                log.exception("sparkstate: the on_batch callback failed (batch %s)", m.batch_id)
+
+    # -- StreamingQueryListener ---------------------------------------------------------------
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            progress = json.loads(event.progress.json)
+        except Exception:
+            log.exception("sparkstate: could not read a progress report")
+            return
+        qid = str(progress.get("id"))
+        with self._cond:
+            role = self._roles.get(qid)
+            if role is None:  # not (yet) watched: keep a few reports of a few queries
+                if qid not in self._early and len(self._early) >= _EARLY_QUERIES:
+                    self._early.pop(next(iter(self._early)))
+                early = self._early.setdefault(qid, [])
+                if len(early) < _EARLY_REPORTS:
+                    early.append(progress)
+                return
+        self.record(progress, role)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+__all__ = ["MetricsListener", "OnBatch"]

@@ -1,0 +1,222 @@
+"""What one micro-batch did, taken from Spark's progress report, and running totals of a job.
+
+Pure functions over the progress JSON (``StreamingQueryProgress.json``), so they can be
+tested without Spark. The numbers come from these places of the report:
+
+===========================  ================================================================
+field                        from
+===========================  ================================================================
+``rows_in``                  ``numInputRows``
+``input_rows_per_s``         ``inputRowsPerSecond`` (``None`` when Spark omits it)
+``processed_rows_per_s``     ``processedRowsPerSecond``
+``batch_duration_ms``        ``batchDuration``
+``state_rows``               ``numRowsTotal`` of the state operators (keys in state)
+``state_memory_bytes``       ``memoryUsedBytes`` of the state operators
+``timers_expired``           the operators' custom metric ``numExpiredTimers`` (``None`` if absent)
+``rows_out``                 the ``rows`` of the observation :data:`OUTPUT_OBSERVATION`, else the
+                             sink's ``numOutputRows`` when Spark knows it (file sinks do not)
+``timed_out``                sessionize: sessions of the batch closed by ``"timeout"``
+``dead_letters``             the ``rows`` of the observation :data:`DEAD_LETTER_OBSERVATION`
+===========================  ================================================================
+
+Measured on PySpark 4.3: ``numExpiredTimers`` stays 0 for Python stateful processors even when
+timers fire; ``state_rows_removed`` and (sessionize) ``timed_out`` show timeouts instead.
+
+Nothing secret goes into a record: source and sink descriptions (which may hold connection
+URLs) are not copied, and strings are passed through :func:`redact`.
+
+>>> p = {"name": "q", "runId": "r", "batchId": 3, "timestamp": "2024-01-01T00:00:00.000Z",
+...      "numInputRows": 10, "inputRowsPerSecond": 5.0, "processedRowsPerSecond": 20.0,
+...      "batchDuration": 500, "stateOperators": [{"numRowsTotal": 4, "memoryUsedBytes": 1024,
+...      "numRowsUpdated": 4, "numRowsRemoved": 0, "customMetrics": {"numExpiredTimers": 0}}],
+...      "observedMetrics": {"sparkstate_output": {"rows": 2}}, "sink": {"numOutputRows": -1}}
+>>> m = batch_metrics(p, "output")
+>>> m.batch_id, m.rows_in, m.state_rows, m.state_memory_bytes, m.rows_out
+(3, 10, 4, 1024, 2)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal, Mapping
+
+#: Name of the observation counting a job's output rows (``df.observe(OUTPUT_OBSERVATION, ...)``).
+OUTPUT_OBSERVATION = "sparkstate_output"
+#: Name of the observation counting the dead letters a job writes.
+DEAD_LETTER_OBSERVATION = "sparkstate_dead_letters"
+
+Role = Literal["output", "dead_letters"]
+
+# scheme://user:password@host -> scheme://user:***@host ; password=... / secret=... / token=... values
+_URL_SECRET = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)[^@\s]*@")
+_KEY_SECRET = re.compile(r"((?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]\s*)[^\s&;,'\"]+", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with passwords in URLs and ``password=...``-style values replaced by ``***``.
+
+    >>> redact("postgres:postgresql://app:s3cret@db:5432/shop/sessions")
+    'postgres:postgresql://app:***@db:5432/shop/sessions'
+    >>> redact("jdbc:postgresql://db/shop?user=app&password=s3cret")
+    'jdbc:postgresql://db/shop?user=app&password=***'
+    """
+    return _KEY_SECRET.sub(r"\1***", _URL_SECRET.sub(r"\1***@", text))
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """One micro-batch of one query, as written to the metrics file (one JSON line)."""
+
+    time: str | None
+    query: Role
+    query_name: str | None
+    run_id: str | None
+    batch_id: int
+    rows_in: int
+    input_rows_per_s: float | None
+    processed_rows_per_s: float | None
+    batch_duration_ms: int | None
+    state_rows: int | None
+    state_rows_updated: int | None
+    state_rows_removed: int | None
+    state_memory_bytes: int | None
+    timers_expired: int | None
+    rows_out: int | None
+    timed_out: int | None
+    dead_letters: int
+    dead_letters_total: int
+    watermark: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-ready values.
+
+        >>> sorted(batch_metrics({"batchId": 0, "numInputRows": 0}, "output").to_dict())[:3]
+        ['batch_duration_ms', 'batch_id', 'dead_letters']
+        """
+        return asdict(self)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
+        return None
+    return round(float(value), 3)
+
+
+def _sum(ops: list[Mapping[str, Any]], key: str) -> int | None:
+    values = [op.get(key) for op in ops if isinstance(op.get(key), int)]
+    return sum(values) if values else None
+
+
+def _observed(progress: Mapping[str, Any], name: str, field: str) -> int | None:
+    row = (progress.get("observedMetrics") or {}).get(name)
+    if not isinstance(row, Mapping):
+        return None
+    value = row.get(field)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: int = 0) -> BatchMetrics:
+    """A :class:`BatchMetrics` from one progress report (a dict of ``StreamingQueryProgress.json``).
+
+    ``role`` says which query of a job reported it: ``"output"`` (the pipeline) or
+    ``"dead_letters"``; ``dead_letters_total`` is the job's count so far, before this batch.
+
+    >>> m = batch_metrics({"batchId": 1, "numInputRows": 5,
+    ...                    "observedMetrics": {"sparkstate_dead_letters": {"rows": 2}}}, "dead_letters", 3)
+    >>> m.dead_letters, m.dead_letters_total, m.state_rows
+    (2, 5, None)
+    """
+    ops = [op for op in (progress.get("stateOperators") or []) if isinstance(op, Mapping)]
+    custom = [op.get("customMetrics") or {} for op in ops]
+    expired = [c["numExpiredTimers"] for c in custom if isinstance(c.get("numExpiredTimers"), int)]
+    rows_out = _observed(progress, OUTPUT_OBSERVATION, "rows")
+    if rows_out is None:
+        sink_rows = (progress.get("sink") or {}).get("numOutputRows")
+        rows_out = sink_rows if isinstance(sink_rows, int) and sink_rows >= 0 else None
+    dead = _observed(progress, DEAD_LETTER_OBSERVATION, "rows") if role == "dead_letters" else None
+    dead = dead or 0
+    name = progress.get("name")
+    duration = progress.get("batchDuration")
+    if not isinstance(duration, int):
+        duration = (progress.get("durationMs") or {}).get("triggerExecution")
+    return BatchMetrics(
+        time=progress.get("timestamp"),
+        query=role,
+        query_name=redact(name) if isinstance(name, str) else None,
+        run_id=progress.get("runId"),
+        batch_id=int(progress.get("batchId", -1)),
+        rows_in=int(progress.get("numInputRows") or 0),
+        input_rows_per_s=_number(progress.get("inputRowsPerSecond")),
+        processed_rows_per_s=_number(progress.get("processedRowsPerSecond")),
+        batch_duration_ms=duration if isinstance(duration, int) else None,
+        state_rows=_sum(ops, "numRowsTotal"),
+        state_rows_updated=_sum(ops, "numRowsUpdated"),
+        state_rows_removed=_sum(ops, "numRowsRemoved"),
+        state_memory_bytes=_sum(ops, "memoryUsedBytes"),
+        timers_expired=sum(expired) if expired else None,
+        rows_out=rows_out if role == "output" else dead,
+        timed_out=_observed(progress, OUTPUT_OBSERVATION, "timed_out"),
+        dead_letters=dead,
+        dead_letters_total=dead_letters_total + dead,
+        watermark=(progress.get("eventTime") or {}).get("watermark"),
+    )
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """A job so far: what a progress display shows. Counts are sums over the output query's batches.
+
+    >>> t = RunTotals().add(batch_metrics({"batchId": 0, "numInputRows": 7,
+    ...                                    "observedMetrics": {"sparkstate_output": {"rows": 3}}}, "output"))
+    >>> t.batches, t.rows_in, t.rows_out
+    (1, 7, 3)
+    """
+
+    batches: int = 0
+    rows_in: int = 0
+    rows_out: int | None = None
+    timed_out: int | None = None
+    dead_letters: int = 0
+    state_rows: int | None = None
+    state_memory_bytes: int | None = None
+    input_rows_per_s: float | None = None
+    processed_rows_per_s: float | None = None
+    last_batch_id: int | None = None
+    last_batch_ms: int | None = None
+    watermark: str | None = None
+
+    def add(self, m: BatchMetrics) -> "RunTotals":
+        """The totals after batch ``m`` (of either query of the job)."""
+        if m.query == "dead_letters":
+            return replace(self, dead_letters=m.dead_letters_total)
+
+        def plus(total: int | None, value: int | None) -> int | None:
+            return total if value is None else (total or 0) + value
+
+        return replace(
+            self,
+            batches=self.batches + 1,
+            rows_in=self.rows_in + m.rows_in,
+            rows_out=plus(self.rows_out, m.rows_out),
+            timed_out=plus(self.timed_out, m.timed_out),
+            state_rows=m.state_rows,
+            state_memory_bytes=m.state_memory_bytes,
+            input_rows_per_s=m.input_rows_per_s,
+            processed_rows_per_s=m.processed_rows_per_s,
+            last_batch_id=m.batch_id,
+            last_batch_ms=m.batch_duration_ms,
+            watermark=m.watermark or self.watermark,
+        )
+
+
+__all__ = [
+    "BatchMetrics",
+    "DEAD_LETTER_OBSERVATION",
+    "OUTPUT_OBSERVATION",
+    "Role",
+    "RunTotals",
+    "batch_metrics",
+    "redact",
+]

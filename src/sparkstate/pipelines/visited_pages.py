@@ -1,0 +1,115 @@
+"""The pages each user visited so far, optionally starting from a known state (seed 002).
+
+Built on :func:`sparkstate.map_with_state` with ``StateSpec.initial_state``, as the seed's
+``mapWithState``: the function runs once per visit and emits the user's list after that visit,
+so a user with two visits in one micro-batch gets two rows (the seed's outputs exactly). A
+per-batch operator would emit only the second; here the per-record output is the point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+
+from ..errors import ConfigError
+from ..group_state import State
+from ..operators import map_with_state
+from ..spec import StateSpec
+from ._columns import check_column, require_dataframe
+
+NAME = "visited_pages"
+
+#: The state column of an initial state (beside the key column), and of the output.
+PAGES_COLUMN = "visited_pages"
+
+
+@dataclass
+class VisitedPages:
+    """The state of one key: the pages visited so far, oldest first."""
+
+    visited_pages: list[str] = field(default_factory=list)
+
+
+class _TrackVisit:
+    """The per-record function (picklable): append the page, emit the whole list."""
+
+    __name__ = NAME
+
+    def __call__(self, key: Any, page: str, state: State) -> tuple:
+        pages = (state.get().visited_pages if state.exists() else []) + [page]
+        state.update(VisitedPages(pages))
+        return (key, pages)
+
+
+def _initial(initial_state: Any, visits: DataFrame, key: str) -> DataFrame:
+    if not isinstance(initial_state, DataFrame):
+        raise ConfigError(
+            f"{NAME}: initial_state must be a DataFrame with columns {key}, {PAGES_COLUMN} (array<string>),"
+            f" got {type(initial_state).__name__}"
+        )
+    if initial_state.isStreaming:
+        raise ConfigError(f"{NAME}: initial_state must be a static DataFrame (spark.read...), not a stream")
+    missing = [c for c in (key, PAGES_COLUMN) if c not in initial_state.columns]
+    if missing:
+        raise ConfigError(
+            f"{NAME}: initial_state must have the columns {key} (the key) and {PAGES_COLUMN} (array<string>);"
+            f" missing {', '.join(missing)}; it has {', '.join(initial_state.columns)}"
+        )
+    pages_type = initial_state.schema[PAGES_COLUMN].dataType
+    if not isinstance(pages_type, ArrayType):
+        raise ConfigError(
+            f"{NAME}: initial_state column {PAGES_COLUMN} must be an array<string>, but it is"
+            f" {pages_type.simpleString()}"
+        )
+    return initial_state.select(
+        F.col(key).cast(visits.schema[key].dataType).alias(key),
+        F.col(PAGES_COLUMN).cast("array<string>").alias(PAGES_COLUMN),
+    )
+
+
+def visited_pages(
+    visits: DataFrame, key: str = "user_id", page: str = "page", initial_state: DataFrame | None = None
+) -> DataFrame:
+    """``key, visited_pages``: after every visit, the list of pages its user visited so far.
+
+    ``initial_state``: a static DataFrame of ``key`` and ``visited_pages`` (``array<string>``)
+    that the lists start from; it applies when the query starts on a new checkpoint (a restart
+    continues from the checkpoint's state). Visits of a user within a micro-batch are appended
+    in the order Spark delivers them (the file's order for one file); visits with a null
+    ``page`` are left out. Output mode update, one row per visit.
+
+    >>> import sparkstate as ss
+    >>> spark = ss.spark_session()
+    >>> start = spark.createDataFrame([("a", ["page1", "page2"])], "user_id string, visited_pages array<string>")
+    >>> visits = spark.createDataFrame([("a", "page3"), ("b", "page5")], "user_id string, page string")
+    >>> for r in visited_pages(visits, initial_state=start).orderBy("user_id").collect():
+    ...     print(r.user_id, ", ".join(r.visited_pages))
+    a page1, page2, page3
+    b page5
+    """
+    require_dataframe(visits, NAME, "visits")
+    check_column(visits, key, "key", NAME)
+    check_column(visits, page, "page", NAME)
+    if key == PAGES_COLUMN:
+        raise ConfigError(
+            f"{NAME}: the output has a column {PAGES_COLUMN} beside the key, so the key column cannot be"
+            f" called {PAGES_COLUMN!r}; rename it first"
+        )
+    if key == page:
+        raise ConfigError(f"{NAME}: key and page must be two different columns, both are {key!r}")
+    spec = StateSpec.function(_TrackVisit())
+    if initial_state is not None:
+        spec = spec.initial_state(_initial(initial_state, visits, key))
+    df = visits.where(F.col(page).isNotNull()).select(F.col(key), F.col(page).cast("string").alias(page))
+    output = StructType([
+        StructField(key, visits.schema[key].dataType, True),
+        StructField(PAGES_COLUMN, ArrayType(StringType(), True), True),
+    ])
+    return map_with_state(df, key=key, value=page, spec=spec, state_type=VisitedPages, output_type=output)
+
+
+__all__ = ["PAGES_COLUMN", "VisitedPages", "visited_pages"]

@@ -1,0 +1,89 @@
+"""Job settings: config files (YAML, TOML), SPARKSTATE_* variables, flags, and their order."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from sparkstate.errors import ConfigError
+from sparkstate.jobs.config import JobConfig, load_config, read_config_file, read_env
+
+
+def test_toml_and_yaml_files_read_the_same(tmp_path):
+    toml = tmp_path / "job.toml"
+    toml.write_text('pipeline = "sessionize"\nsource = "files:in"\ntime-mode = "processing"\nonce = true\n'
+                    '[options]\nmaxFilesPerTrigger = 1\n')
+    yaml = tmp_path / "job.yml"
+    yaml.write_text("pipeline: sessionize\nsource: files:in\ntime_mode: processing\nonce: yes\n"
+                    "options: {maxFilesPerTrigger: 1}\n")
+    assert read_config_file(toml) == read_config_file(yaml) == {
+        "pipeline": "sessionize", "source": "files:in", "time_mode": "processing", "once": True,
+        "options": {"maxFilesPerTrigger": "1"},
+    }
+
+
+def test_precedence_flags_env_file_defaults(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('pipeline = "sessionize"\nsource = "files:file"\nsink = "json:file"\ntrigger = "5 seconds"\n'
+                 'gap = "3 minutes"\n')
+    env = {"SPARKSTATE_SINK": "json:env", "SPARKSTATE_GAP": "2 minutes"}
+    cfg = load_config(None, {"gap": "1 minute", "config": str(f)}, env)
+    assert (cfg.source, cfg.sink, cfg.gap, cfg.trigger, cfg.watermark) == (
+        "files:file", "json:env", "1 minute", "5 seconds", "10 seconds")
+    assert load_config(None, {}, env, config_file=f).gap == "2 minutes"
+    assert load_config(None, {}, {}, config_file=f).gap == "3 minutes"
+    assert load_config("running-count", {"source": "files:x"}, {}).trigger == "1 second"
+
+
+def test_env_reads_only_job_settings():
+    env = {"SPARKSTATE_MASTER": "local[2]", "SPARKSTATE_SPARK_LOG_LEVEL": "WARN", "SPARKSTATE_ONCE": "off",
+           "SPARKSTATE_OPTIONS": "maxFilesPerTrigger=1, latestFirst=true", "HOME": "/root"}
+    assert read_env(env) == {"once": False, "options": {"maxFilesPerTrigger": "1", "latestFirst": "true"}}
+    with pytest.raises(ConfigError, match=r"environment: once: expected true or false, got 'sometimes'"):
+        read_env({"SPARKSTATE_ONCE": "sometimes"})
+
+
+def test_sessionize_settings_are_ignored_with_a_warning_elsewhere(caplog):
+    with caplog.at_level(logging.WARNING, logger="sparkstate.jobs"):
+        cfg = load_config("running-count", {"source": "files:in"}, {"SPARKSTATE_GAP": "5 minutes"})
+    assert cfg.gap == "1 minute"
+    assert "gap (from the environment) applies to sessionize only; running-count ignores it" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"pipeline": "sessionize", "source": "files:x", "gap": "soon"}, "run: gap: expected a duration such as '1 minute'"),
+        ({"pipeline": "sessionize", "source": "files:x", "trigger": "0 seconds"}, "run: trigger: expected a positive"),
+        ({"pipeline": "sessionize", "source": "files:x", "watermark": "-1 second"}, "run: watermark"),
+        ({"pipeline": "sessionize", "source": "files:x", "time_mode": "wall"}, "time mode must be 'event' or 'processing'"),
+        ({"pipeline": "sessionize", "source": "files:x", "format": "xml"}, "format must be one of json, csv, parquet"),
+        ({"pipeline": "sessionize", "source": ""}, "a source is required: --source SPEC"),
+    ],
+)
+def test_bad_values(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        JobConfig(**kwargs)
+    assert message in str(err.value)
+
+
+def test_missing_pipeline_and_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="run: name the pipeline"):
+        load_config(None, {"source": "files:x"}, {})
+    with pytest.raises(ConfigError, match="expected a .yaml, .yml or .toml file"):
+        read_config_file(tmp_path / "job.ini")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("source = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        read_config_file(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping of settings"):
+        read_config_file(listy)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("sink: {kind: console}\n")
+    with pytest.raises(ConfigError, match="sink must be a single value, got dict"):
+        read_config_file(nested)
+    with pytest.raises(ConfigError, match="cannot read it"):
+        read_config_file(tmp_path / "missing.toml")

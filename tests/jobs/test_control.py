@@ -1,0 +1,91 @@
+"""Caught-up detection and stopping between batches, on stand-ins for StreamingQuery."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkstate.errors import JobFailedError
+from sparkstate.jobs.control import is_caught_up, stop_after_current_batch, wait_until_caught_up
+
+
+class Progress:
+    def __init__(self, batch: int, start, end) -> None:
+        self.batchId = batch
+        self.json = json.dumps({"batchId": batch, "sources": [{"startOffset": start, "endOffset": end}]})
+
+
+class FakeQuery:
+    """Replays a list of (status, lastProgress) snapshots, one per look at the status."""
+
+    def __init__(self, snapshots, error=None) -> None:
+        self.snapshots = list(snapshots)
+        self.i = -1
+        self.stopped = False
+        self.error = error
+
+    @property
+    def isActive(self) -> bool:
+        return not self.stopped and self.error is None
+
+    @property
+    def status(self) -> dict:
+        self.i = min(self.i + 1, len(self.snapshots) - 1)
+        return self.snapshots[self.i][0]
+
+    @property
+    def lastProgress(self):
+        return self.snapshots[max(self.i, 0)][1]
+
+    def exception(self):
+        return self.error
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def status(message: str, available: bool, active: bool) -> dict:
+    return {"message": message, "isDataAvailable": available, "isTriggerActive": active}
+
+
+START = status("Initializing sources", False, False)
+RUNNING = status("Processing new data", True, True)
+BETWEEN_WITH_DATA = status("Waiting for next trigger", True, False)
+DRAINED = status("Waiting for next trigger", False, False)
+NO_DATA_RUNNING = status("No new data but cleaning up state", False, True)
+
+
+def test_caught_up_when_the_last_trigger_found_nothing_new():
+    assert not is_caught_up(FakeQuery([(START, None)]))
+    assert not is_caught_up(FakeQuery([(RUNNING, None)]))
+    assert not is_caught_up(FakeQuery([(BETWEEN_WITH_DATA, Progress(0, None, 0))]))
+    assert is_caught_up(FakeQuery([(DRAINED, Progress(0, None, 0))]))
+    assert is_caught_up(FakeQuery([(status("Waiting for data to arrive", False, False), None)]))  # empty input
+
+
+def test_caught_up_from_a_no_data_batch_when_batches_leave_no_gap():
+    # processing-time timers: a no-data batch at every trigger, back to back
+    assert is_caught_up(FakeQuery([(NO_DATA_RUNNING, Progress(3, 2, 2))]))
+    assert not is_caught_up(FakeQuery([(NO_DATA_RUNNING, Progress(2, 1, 2))]))  # the last batch read data
+    assert not is_caught_up(FakeQuery([(RUNNING, Progress(0, None, 0))]))
+
+
+def test_wait_until_each_query_was_seen_caught_up_once():
+    a = FakeQuery([(RUNNING, None), (BETWEEN_WITH_DATA, Progress(0, None, 0)), (DRAINED, Progress(0, None, 0)),
+                   (RUNNING, Progress(0, None, 0))])  # a later batch (new input) is not waited for
+    b = FakeQuery([(RUNNING, None)] * 4 + [(DRAINED, Progress(0, None, 0))])
+    assert wait_until_caught_up([("a", a), ("b", b)], poll_s=0)
+    assert not wait_until_caught_up([("c", FakeQuery([(RUNNING, None)]))], poll_s=0.01, timeout_s=0.05)
+
+
+def test_a_failed_query_raises_with_spark_s_first_line():
+    broken = FakeQuery([(RUNNING, None)], error=RuntimeError("[STATE_STORE] could not commit\n\tat x.y"))
+    with pytest.raises(JobFailedError, match=r"^the dead-letter query stopped with an error: \[STATE_STORE\] could not commit$"):
+        wait_until_caught_up([("dead-letter query", broken)], poll_s=0)
+
+
+def test_stop_waits_for_the_running_batch():
+    q = FakeQuery([(RUNNING, Progress(4, 3, 4))] * 3 + [(DRAINED, Progress(4, 3, 4))])
+    stop_after_current_batch(q)
+    assert q.stopped and q.i == 3  # it looked until the trigger was over, then stopped
