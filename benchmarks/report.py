@@ -63,10 +63,10 @@ def _note(r: dict) -> str:
     notes = []
     if r.get("reference"):
         notes.append("reference")
-    if r.get("output_matches_reference") is not None:
-        notes.append("output = reference's" if r["output_matches_reference"] else "OUTPUT DIFFERS from the reference")
-    if r.get("conf"):
-        notes.append(", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in r["conf"].items()))
+    elif r.get("output_matches_reference") is not None:
+        notes.append("same output" if r["output_matches_reference"] else "OUTPUT DIFFERS from the reference")
+    for k, v in (r.get("conf") or {}).items():
+        notes.append(f"{v} state" if k.endswith("encodingFormat") else f"{k.rsplit('.', 1)[-1]}={v}")
     return "; ".join(notes)
 
 

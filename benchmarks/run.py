@@ -111,7 +111,7 @@ class Cell:
 def apply_quick(args: argparse.Namespace) -> None:
     """``--quick``: tiny inputs, both workloads, one session, outputs verified."""
     args.workload = args.workload or ["all"]
-    args.keys, args.events, args.files, args.files_per_trigger = [500], 6_000, 6, 2
+    args.keys, args.events, args.files, args.files_per_trigger = [500], 4_000, 4, 2
     args.events_per_key, args.sweep = None, False
     args.state_keys, args.touched, args.scaling_batches = [2_000, 20_000], 500, 3
     args.isolation = args.isolation or "session"

@@ -11,8 +11,8 @@ starts, because Spark would either refuse it inside the first batch or hand the 
 >>> new = StructType([StructField("n", DoubleType()), StructField("count", LongType())])
 >>> for c in diff_schemas(old, new): print(c)
 n: widened (bigint -> double)
-label: removed (string)
 count: added without a default (bigint)
+label: removed (string)
 """
 
 from __future__ import annotations
