@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from ..errors import JobFailedError, SparkStateError
-from . import _demo, _generate, _run
+from . import _demo, _generate, _run, _state
 from ._run import job_config
 
 __all__ = ["build_parser", "job_config", "main"]
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     _demo.add_parser(sub)
     _run.add_parser(sub)
     _generate.add_parser(sub)
+    _state.add_parser(sub)
     return parser
 
 

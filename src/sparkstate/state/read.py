@@ -94,9 +94,8 @@ def read(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
 
     Columns: the key column(s), the state's fields (a primitive state: ``value``), and
     ``timeout_ms``, the pending timeout in epoch ms or null. A state field with the name of a
-    key column is shown once, as the key.
-
-    >>> rows = ss.state.read(spark, checkpoint).collect()   # doctest: +SKIP
+    key column is shown once, as the key. Example: ``ss.state.read(spark, "ck/").show()``
+    (tests/state/test_state_tools.py runs it on real checkpoints).
     """
     from pyspark.sql import functions as F
 

@@ -1,0 +1,117 @@
+"""``sparkstate state show|stats|export`` (:mod:`sparkstate.state`) and ``sparkstate report``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+
+
+def add_parser(sub: Any) -> None:
+    """The ``state`` and ``report`` subcommands."""
+    st = sub.add_parser("state", help="inspect, measure or export the state of a query's checkpoint")
+    ops = st.add_subparsers(dest="state_command", metavar="ACTION", required=True)
+    show = ops.add_parser("show", help="each key's state, decoded, with its pending timeout")
+    show.add_argument("checkpoint")
+    show.add_argument("--key", help="only this key (compared as text)")
+    show.add_argument("--batch", type=int, help="as of this committed batch (default: the latest)")
+    show.add_argument("--json", action="store_true", help="one JSON object per line")
+    show.add_argument("--limit", type=int, default=100, help="rows to print (default: %(default)s; 0: all)")
+    show.set_defaults(run=_show)
+    stats = ops.add_parser("stats", help="keys and bytes per partition and batch, and the operator's metadata")
+    stats.add_argument("checkpoint")
+    stats.set_defaults(run=_stats)
+    exp = ops.add_parser("export", help="write the state as Parquet, usable as --initial-state of a new query")
+    exp.add_argument("checkpoint")
+    exp.add_argument("path")
+    exp.add_argument("--batch", type=int)
+    exp.set_defaults(run=_export)
+
+    rep = sub.add_parser("report", help="plots and a summary of a run's metrics file")
+    rep.add_argument("metrics", help="the JSON-lines file of `sparkstate run --metrics`")
+    rep.add_argument("--out", required=True, help="directory for the PNGs and summary.txt")
+    rep.set_defaults(run=_report)
+
+
+def _session():
+    import sparkstate as ss
+
+    return ss.spark_session("sparkstate-state")
+
+
+def _plain(v: Any, name: str = "") -> Any:
+    if isinstance(v, datetime):
+        return v.astimezone(timezone.utc).isoformat()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if hasattr(v, "asDict"):
+        return _plain(v.asDict())
+    if isinstance(v, int) and name.endswith("_ms") and v > 10**11:
+        return f"{v} ({datetime.fromtimestamp(v / 1000, tz=timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
+    return v
+
+
+def _show(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
+    import sparkstate as ss
+
+    spark = _session()
+    df = ss.state.read(spark, args.checkpoint, batch_id=args.batch)
+    if args.key is not None:
+        df = df.where(F.col(df.columns[0]).cast("string") == args.key)
+    rows = df.collect() if not args.limit else df.limit(args.limit).collect()
+    if args.json:
+        for r in rows:
+            print(json.dumps({k: _plain(v) for k, v in r.asDict().items()}, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"state of {args.checkpoint} ({len(rows)} keys shown)")
+    for c in df.columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*[str(_plain(v, k)) for k, v in r.asDict().items()])
+    Console().print(table)
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    import sparkstate as ss
+
+    st = ss.state.stats(_session(), args.checkpoint)
+    op = st.operator
+    print(f"checkpoint: {st.checkpoint}")
+    print(f"operator {op['operator_id']}: {op['operator']}, time mode {op['time_mode']}, output mode {op['output_mode']},"
+          f" state variables {', '.join(op['state_variables'])}")
+    print(f"keys: {st.keys} ({st.keys_with_timeout} with a pending timeout), {st.bytes_on_disk} bytes on disk")
+    print(f"committed batches: {len(st.committed_batches)}"
+          + (f" ({st.committed_batches[0]}..{st.committed_batches[-1]})" if st.committed_batches else ""))
+    for p in st.partitions:
+        print(f"  partition {p.partition}: {p.keys} keys, {p.bytes_on_disk} bytes")
+    for b, n in sorted(st.keys_per_batch.items()):
+        print(f"  after batch {b}: {n} keys")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    import sparkstate as ss
+
+    n = ss.state.export(_session(), args.checkpoint, args.path, batch_id=args.batch)
+    print(f"exported the state of {n} keys to {args.path}; start a new query from it with --initial-state {args.path}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ..observe.report import write_report
+
+    r = write_report(args.metrics, args.out)
+    print(r.summary, end="")
+    for p in r.images:
+        print(f"wrote {p}")
+    return 0

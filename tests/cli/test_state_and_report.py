@@ -1,0 +1,67 @@
+"""`sparkstate state show|stats|export` and `sparkstate report` on the checkpoint and metrics of a real run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+from sparkstate.cli import main
+from sparkstate.io import generate_events, read_events, reference_sessions, write_events
+
+GAP = "1 minute"
+
+
+def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_path, capsys):
+    files = write_events(generate_events(240, users=5, seed=9), tmp_path / "in", files=3)
+    events = read_events(files)
+    ck, metrics = tmp_path / "ck", tmp_path / "metrics.jsonl"
+    assert main([
+        "run", "sessionize", "--source", f"files:{tmp_path / 'in'}", "--format", "json",
+        "--sink", f"parquet:{tmp_path / 'out'}", "--checkpoint", str(ck), "--gap", GAP,
+        "--time-mode", "event", "--watermark", "0 seconds", "--once", "--metrics", str(metrics), "--no-progress",
+    ]) == 0
+    capsys.readouterr()
+
+    # The open sessions a person expects: the sessions the reference has that are not finished
+    # by the final watermark (the last event's time, delay 0).
+    watermark = max(e.event_time for e in events)
+    finished = set(reference_sessions(events, GAP, watermark=watermark))
+    expected_open = {(s.user_id, s.event_count, s.events) for s in reference_sessions(events, GAP)
+                     if s not in finished and s.closed_by == "timeout"}
+    assert expected_open
+
+    assert main(["state", "show", str(ck), "--json", "--limit", "0"]) == 0
+    shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {(r["user_id"], len(r["events"]), tuple(r["events"])) for r in shown} == expected_open
+    assert all(r["timeout_ms"] is not None for r in shown)
+
+    one = shown[0]["user_id"]
+    assert main(["state", "show", str(ck), "--key", one]) == 0
+    table = capsys.readouterr().out
+    assert one in table and "timeout_ms" in table and "UTC" in table
+
+    assert main(["state", "stats", str(ck)]) == 0
+    stats = capsys.readouterr().out
+    assert f"keys: {len(expected_open)} ({len(expected_open)} with a pending timeout)" in stats
+    assert "time mode EventTime" in stats and "partition 0:" in stats
+
+    assert main(["state", "export", str(ck), str(tmp_path / "state.parquet")]) == 0
+    assert f"exported the state of {len(expected_open)} keys" in capsys.readouterr().out
+    assert spark.read.parquet(str(tmp_path / "state.parquet")).count() == len(expected_open)
+
+    assert main(["report", str(metrics), "--out", str(tmp_path / "report")]) == 0
+    summary = capsys.readouterr().out
+    assert f"rows in: {len(events)}" in summary
+    for name in ("throughput.png", "batch_duration.png", "state_size.png"):
+        png = tmp_path / "report" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_state_show_on_a_foreign_directory_says_why(tmp_path, capsys, spark):
+    assert main(["state", "show", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_report_on_a_missing_file(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "m.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "metrics file" in capsys.readouterr().err
