@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean pg
+.PHONY: demo test bench install clean pg
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,3 +35,7 @@ test: $(STAMP) pg
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# Benchmarks (see benchmarks/README.md): BENCH_ARGS="--quick" for a short smoke run.
+bench: $(STAMP)
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
