@@ -32,7 +32,6 @@ from .pipelines.sessionize import sessionize
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 #: Marks a directory as made by the demo, so a new run may clear its old subdirectories.
 MARKER = ".sparkstate-demo"

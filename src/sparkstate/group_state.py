@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 from .durations import Duration, Instant, instant_ms, positive_ms, to_ms, utc
 from .errors import StateNotFoundError, TimeoutConfigError, UserFunctionError

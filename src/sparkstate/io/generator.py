@@ -200,26 +200,35 @@ def write_events(events: Sequence[Event], directory: str | os.PathLike, files: i
     >>> [p.name for p in paths], [len(p.read_text().splitlines()) for p in paths]
     (['part-00000.json', 'part-00001.json', 'part-00002.json'], [4, 3, 3])
     """
+    return write_lines_in_order([e.to_json() for e in events], directory, files, "write_events")
+
+
+def write_lines_in_order(lines: list[str], directory: str | os.PathLike, files: int, who: str) -> list[Path]:
+    """Split ``lines`` over ``files`` new files ``part-NNNNN.json`` that a file stream reads in order.
+
+    Each file is written under a hidden name and renamed (a stream never sees half a file), and
+    modification times go up a second per file. Existing files are never overwritten.
+    """
     if files < 1:
-        raise ConfigError(f"write_events: files must be >= 1, got {files!r}")
+        raise ConfigError(f"{who}: files must be >= 1, got {files!r}")
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     names = [target / f"part-{i:05d}.json" for i in range(files)]
     clash = [p.name for p in names if p.exists()]
     if clash:
         raise ConfigError(
-            f"write_events: {target} already holds {', '.join(clash[:3])}{' ...' if len(clash) > 3 else ''};"
+            f"{who}: {target} already holds {', '.join(clash[:3])}{' ...' if len(clash) > 3 else ''};"
             " write into an empty directory (a file stream would skip files it has already read)"
         )
     base = int(time.time()) - files
-    per, extra = divmod(len(events), files)
+    per, extra = divmod(len(lines), files)
     pos = 0
     for i, path in enumerate(names):
         n = per + (1 if i < extra else 0)
-        chunk = events[pos: pos + n]
+        chunk = lines[pos: pos + n]
         pos += n
         tmp = target / f".{path.name}.tmp"
-        tmp.write_text("".join(e.to_json() + "\n" for e in chunk), encoding="utf-8")
+        tmp.write_text("".join(line + "\n" for line in chunk), encoding="utf-8")
         os.utime(tmp, (base + i, base + i))
         tmp.rename(path)
     return names

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..io.generator import StreamConfig, serve_events, stream_records
+from ..io.generator import StreamConfig, serve_events, stream_records, write_lines_in_order
 from ..io.line_server import LineServer
 
 
@@ -41,31 +40,10 @@ def generate_files(directory: str | os.PathLike, config: StreamConfig, files: in
     """
     if config.events is None:
         raise ConfigError("generate: writing files needs a number of events (--events N)")
-    if files < 1:
-        raise ConfigError(f"generate: files must be >= 1, got {files!r}")
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    names = [target / f"part-{i:05d}.json" for i in range(files)]
-    clash = [p.name for p in names if p.exists()]
-    if clash:
-        raise ConfigError(
-            f"generate: {target} already holds {', '.join(clash[:3])}{' ...' if len(clash) > 3 else ''};"
-            " write into an empty directory (a file stream would skip files it has already read)"
-        )
     records = stream_records(config)
-    per, extra = divmod(len(records), files)
-    base = int(time.time()) - files
-    pos = 0
-    for i, path in enumerate(names):
-        n = per + (1 if i < extra else 0)
-        chunk = records[pos: pos + n]
-        pos += n
-        tmp = target / f".{path.name}.tmp"
-        tmp.write_text("".join(r.line + "\n" for r in chunk), encoding="utf-8")
-        os.utime(tmp, (base + i, base + i))
-        tmp.rename(path)
+    names = write_lines_in_order([r.line for r in records], directory, files, "generate")
     kinds = dict(sorted(Counter(r.kind for r in records).items()))
-    return GeneratedFiles(str(target), [str(p) for p in names], len(records), kinds)
+    return GeneratedFiles(str(Path(directory)), [str(p) for p in names], len(records), kinds)
 
 
 def serve_generated(config: StreamConfig, port: int, host: str = "127.0.0.1") -> LineServer:
