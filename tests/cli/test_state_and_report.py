@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 from sparkstate.cli import main
 from sparkstate.io import generate_events, read_events, reference_sessions, write_events
