@@ -151,7 +151,8 @@ def _build(
     if checkpoint is not None:
         from .state.evolution import check_compatible, key_struct
 
-        check_compatible(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns, codec.py_type)
+        check_compatible(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns, codec.py_type,
+                         engine=get_engine(engine).name)
     plan = StatePlan(
         operator=operator_name,
         key_columns=keys,

@@ -1,8 +1,15 @@
-"""Engines that run keyed state on Spark. See :mod:`sparkstate.engines.base` for the seam."""
+"""Engines run a :class:`StatePlan` on Spark; pick one with the operators' ``engine=`` argument."""
 
 from .base import ENGINES, Engine, StatePlan, get_engine, register_engine
+from .batched import BatchedEngine
 from .tws import TransformWithStateEngine
 
 register_engine("tws", TransformWithStateEngine)
+register_engine("batched", BatchedEngine)
 
-__all__ = ["ENGINES", "Engine", "StatePlan", "get_engine", "register_engine", "TransformWithStateEngine"]
+#: What the built-in pipelines run on: the fastest engine that keeps their semantics.
+DEFAULT_ENGINE = "batched"
+
+__all__ = [
+    "DEFAULT_ENGINE", "ENGINES", "Engine", "StatePlan", "get_engine", "register_engine", "BatchedEngine", "TransformWithStateEngine",
+]

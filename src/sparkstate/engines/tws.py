@@ -9,14 +9,14 @@ GroupState times out strictly before it.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from ..group_state import GroupState, GroupStateTimeout, Outcome, is_due, run_call
-from ..errors import StateTypeError
+from ..group_state import GroupStateTimeout, Outcome, is_due, run_call
+from ._calls import Calls, time_mode
+from .columns import row_fixer
 from .base import EXISTS_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN, Engine, StatePlan, initial_key_column
 
 if TYPE_CHECKING:
@@ -31,28 +31,13 @@ def state_row_schema(plan: StatePlan) -> StructType:
     )
 
 
-def time_mode(plan: StatePlan) -> str:
-    if not plan.streaming:
-        return "None"
-    if plan.timeout is GroupStateTimeout.EventTimeTimeout:
-        return "EventTime"
-    if plan.timeout is GroupStateTimeout.ProcessingTimeTimeout or plan.state_ttl_ms is not None:
-        return "ProcessingTime"
-    return "None"
-
-
-def _wall_clock_ms() -> int:
-    # The one place the engine reads the wall clock: only when Spark gives no processing time
-    # (a query without a time mode, or a static DataFrame).
-    return int(time.time() * 1000)
-
-
-class _Processor(StatefulProcessor):
+class _Processor(StatefulProcessor, Calls):
     """The StatefulProcessor shipped to the workers. Holds only the plan (picklable)."""
 
-    def __init__(self, plan: StatePlan) -> None:
+    def __init__(self, plan: StatePlan, input_schema: Any = None) -> None:
         self.plan = plan
         self.mode = time_mode(plan)
+        self.input_schema = input_schema
 
     def init(self, handle: Any) -> None:
         plan = self.plan
@@ -60,14 +45,9 @@ class _Processor(StatefulProcessor):
         ttl = plan.state_ttl_ms if (plan.state_ttl_ms is not None and self.mode == "ProcessingTime") else None
         self.vs = handle.getValueState(STATE_VARIABLE, state_row_schema(plan), ttl)
         self.timers = self.mode != "None"
-        self.codec = plan.state_codec
-        self.n_state = len(plan.state_codec.fields)
-        self.empty_cols = (None,) * self.n_state
         self.single_key = len(plan.key_columns) == 1
-        self.encode_output = plan.output_encoder
-        self.decode_value = plan.value_decoder
-        # init runs once per task (partition and batch): every key of the task sees one time.
-        self.fallback_now_ms = _wall_clock_ms()
+        self.start_task(plan)
+        self.fix_row = row_fixer(self.input_schema) if self.input_schema is not None else None
 
     # -- helpers ------------------------------------------------------------------------------
     def _key(self, key: Any) -> Any:
@@ -81,28 +61,15 @@ class _Processor(StatefulProcessor):
         value = self.codec.decode_columns(stored[: self.n_state]) if exists else None
         return value, exists, stored[self.n_state + 1]
 
-    def _times(self, tv: Any) -> tuple[int, int]:
-        pt = tv.getCurrentProcessingTimeInMs()
-        if pt is None or pt < 0:
-            pt = self.fallback_now_ms
-        return pt, tv.getCurrentWatermarkInMs()
-
-    def _state(self, value: Any, exists: bool, tv: Any, timed_out: bool) -> GroupState:
-        pt, wm = self._times(tv)
-        has_wm = self.plan.has_watermark
-        return GroupState(
-            self.plan.timeout, value=value, exists=exists, has_timed_out=timed_out,
-            batch_time_ms=pt, watermark_ms=max(wm, 0) if has_wm else -1, has_watermark=has_wm,
-        )
+    def _state(self, value: Any, exists: bool, tv: Any, timed_out: bool) -> Any:
+        pt, wm = self.times(tv)
+        return self.group_state(value, exists, pt, wm, timed_out)
 
     def _store(self, key: Any, exists: bool, value: Any, timeout_ms: int | None) -> None:
         if not exists and timeout_ms is None:
             self.vs.clear()
             return
-        try:
-            cols = self.codec.encode_columns(value) if exists else self.empty_cols
-        except StateTypeError as exc:
-            raise StateTypeError(f"{self.plan.operator}: the state of key {key!r} cannot be stored: {exc}") from None
+        cols = self.encode_state(key, value) if exists else self.empty_cols
         self.vs.update(cols + (exists, timeout_ms))
 
     def _commit(self, key: Any, outcome: Outcome, old_timeout: int | None, fired: bool, now: int) -> list:
@@ -118,17 +85,15 @@ class _Processor(StatefulProcessor):
             # The same, already due, timeout was set again in a timeout call: Spark deletes the
             # timer that just fired, so arm one for the next batch, where the key is due again.
             self.handle.registerTimer(now + 1)
-        enc = self.encode_output
-        try:
-            return [enc(o) for o in outcome.outputs]
-        except StateTypeError as exc:
-            raise StateTypeError(f"{self.plan.operator}: an output for key {key!r} does not match output_type: {exc}") from None
+        return self.encode_outputs(key, outcome.outputs)
 
     # -- the transformWithState callbacks ----------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         k = self._key(key)
         value, exists, old_timeout = self._load()
         state = self._state(value, exists, timerValues, False)
+        if self.fix_row is not None:
+            rows = map(self.fix_row, rows)
         values = map(self.decode_value, rows) if self.decode_value is not None else rows
         outcome = run_call(
             self.plan.func, k, values, state, flat=self.plan.flat,
@@ -138,8 +103,8 @@ class _Processor(StatefulProcessor):
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         value, exists, old_timeout = self._load()
-        pt, wm = self._times(timerValues)
-        now = wm if self.mode == "EventTime" else pt
+        pt, wm = self.times(timerValues)
+        now = self.now(pt, wm)
         if old_timeout is None or not is_due(old_timeout, now):
             return iter(())  # a stale timer (state removed by TTL, or timeout moved): nothing to do
         k = self._key(key)
@@ -156,7 +121,7 @@ class _Processor(StatefulProcessor):
         value = self.codec.decode_columns(cols)
         timeout = initialState[n_keys + self.n_state] if self.plan.initial_has_timeout else None
         if timeout is None and self.plan.initial_idle_timeout_ms is not None:
-            timeout = self._times(timerValues)[0] + self.plan.initial_idle_timeout_ms
+            timeout = self.times(timerValues)[0] + self.plan.initial_idle_timeout_ms
         if self.plan.timeout is GroupStateTimeout.NoTimeout:
             timeout = None
         k = self._key(key)
@@ -179,7 +144,7 @@ class TransformWithStateEngine(Engine):
         if initial_state is not None:
             init = initial_state.groupBy(*[initial_key_column(i) for i in range(len(plan.key_columns))])
         return grouped.transformWithState(
-            statefulProcessor=_Processor(plan),
+            statefulProcessor=_Processor(plan, df.schema),
             outputStructType=plan.output_schema,
             outputMode="Append" if plan.output_mode == "append" else "Update",
             timeMode=time_mode(plan),

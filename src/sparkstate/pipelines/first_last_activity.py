@@ -25,6 +25,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from ..durations import instant_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
+from ..engines import DEFAULT_ENGINE, Engine
 from ..operators import map_groups_with_state
 from ._columns import check_column, require_dataframe
 
@@ -89,7 +90,8 @@ class _FirstLast:
 
 
 def first_last_activity(
-    events: DataFrame, key: str = "user", timestamp: str = "timestamp", activity: str = "activity"
+    events: DataFrame, key: str = "user", timestamp: str = "timestamp", activity: str = "activity",
+    engine: str | Engine = DEFAULT_ENGINE,
 ) -> DataFrame:
     """Per ``key``, its current activity and when it started and was last seen (seed 001).
 
@@ -137,7 +139,7 @@ def first_last_activity(
     ])
     return map_groups_with_state(
         df, key=key, func=_FirstLast(), state_type=ActivitySpan, output_type=output,
-        timeout=GroupStateTimeout.NoTimeout, output_mode="update",
+        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine,
     )
 
 __all__ = ["ActivitySpan", "apply_event", "first_last_activity"]

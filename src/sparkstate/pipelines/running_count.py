@@ -17,6 +17,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
+from ..engines import DEFAULT_ENGINE, Engine
 from ..operators import map_groups_with_state
 from ._columns import check_column, require_dataframe
 
@@ -34,7 +35,7 @@ class _Count:
         return (key, total)
 
 
-def running_count(df: DataFrame, key: str = "word") -> DataFrame:
+def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAULT_ENGINE) -> DataFrame:
     """``key, count``: how many rows each ``key`` has had so far, after every micro-batch.
 
     One row per key and micro-batch in which the key had rows (output mode update); keys
@@ -59,7 +60,7 @@ def running_count(df: DataFrame, key: str = "word") -> DataFrame:
     ])
     return map_groups_with_state(
         df.select(key), key=key, func=_Count(), state_type=int, output_type=output,
-        timeout=GroupStateTimeout.NoTimeout, output_mode="update",
+        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine,
     )
 
 

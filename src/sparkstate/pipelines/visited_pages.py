@@ -17,6 +17,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from ..errors import ConfigError
 from ..group_state import State
+from ..engines import DEFAULT_ENGINE, Engine
 from ..operators import map_with_state
 from ..spec import StateSpec
 from ._columns import check_column, require_dataframe
@@ -72,7 +73,8 @@ def _initial(initial_state: Any, visits: DataFrame, key: str) -> DataFrame:
 
 
 def visited_pages(
-    visits: DataFrame, key: str = "user_id", page: str = "page", initial_state: DataFrame | None = None
+    visits: DataFrame, key: str = "user_id", page: str = "page", initial_state: DataFrame | None = None,
+    engine: str | Engine = DEFAULT_ENGINE,
 ) -> DataFrame:
     """``key, visited_pages``: after every visit, the list of pages its user visited so far.
 
@@ -109,7 +111,8 @@ def visited_pages(
         StructField(key, visits.schema[key].dataType, True),
         StructField(PAGES_COLUMN, ArrayType(StringType(), True), True),
     ])
-    return map_with_state(df, key=key, value=page, spec=spec, state_type=VisitedPages, output_type=output)
+    return map_with_state(df, key=key, value=page, spec=spec, state_type=VisitedPages, output_type=output,
+                          engine=engine)
 
 
 __all__ = ["PAGES_COLUMN", "VisitedPages", "visited_pages"]

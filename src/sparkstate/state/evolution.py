@@ -135,17 +135,28 @@ def check_compatible(
     key_schema: StructType,
     state_schema: StructType,
     state_type: Any = None,
+    engine: str | None = None,
 ) -> list[FieldChange]:
     """Compare the state stored in ``checkpoint`` with a query's key and state schemas.
 
     Returns the (compatible) changes; raises :class:`StateSchemaError` listing every field-level
     difference when one of them would lose or corrupt the old state. A checkpoint without
-    committed state passes.
+    committed state passes. ``engine``: the engine the query runs on; state written by another
+    engine (another layout) is refused.
     """
-    from .read import has_state, stored_schema
+    from .read import engine_of, has_state, stored_schema
 
     if not has_state(checkpoint):
         return []
+    written_by = engine_of(spark, checkpoint)
+    if engine is not None and written_by != engine:
+        raise StateSchemaError(
+            f"the state in checkpoint {checkpoint} was written by the {written_by!r} engine and this query runs on"
+            f" the {engine!r} engine, which lays state out differently. Run it with engine={written_by!r}"
+            f" (CLI: --engine {written_by}), or move the state: export it (`sparkstate state export CHECKPOINT"
+            " state.parquet`) and start the new query on a new checkpoint with"
+            " initial_state=spark.read.parquet(\"state.parquet\")."
+        )
     old_key, old_state = stored_schema(spark, checkpoint)
     key_changes = [
         FieldChange(f"key {c.path}", c.change if c.change != "added without a default" else "added", c.old, c.new, False)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engines.base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN
+from ..engines.batched import BUCKET_COLUMN, DIR_VARIABLE, LEAF_VARIABLE
 from ..errors import StateSchemaError
 
 if TYPE_CHECKING:
@@ -49,13 +50,22 @@ def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict
     return out
 
 
+def _engine_of(op: dict[str, Any]) -> str | None:
+    names = op["state_variables"]
+    if STATE_VARIABLE in names:
+        return "tws"
+    if DIR_VARIABLE in names and LEAF_VARIABLE in names:
+        return "batched"
+    return None
+
+
 def _sparkstate_operator(spark: "SparkSession", checkpoint: str | os.PathLike) -> dict[str, Any]:
     if not Path(checkpoint).exists():
         raise StateSchemaError(f"checkpoint {checkpoint} does not exist")
     if not has_state(checkpoint):
         raise StateSchemaError(f"checkpoint {checkpoint} has no committed state yet (no batch has completed)")
     ops = operators(spark, checkpoint)
-    ours = [o for o in ops if STATE_VARIABLE in o["state_variables"]]
+    ours = [dict(o, engine=_engine_of(o)) for o in ops if _engine_of(o)]
     if not ours:
         found = "; ".join(f"{o['operator']} with state {', '.join(o['state_variables']) or '(none listed)'}" for o in ops)
         raise StateSchemaError(
@@ -69,24 +79,93 @@ def _sparkstate_operator(spark: "SparkSession", checkpoint: str | os.PathLike) -
     return ours[0]
 
 
-def _raw(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | None) -> "DataFrame":
-    op = _sparkstate_operator(spark, checkpoint)
-    reader = (spark.read.format("statestore").option("stateVarName", STATE_VARIABLE)
-              .option("operatorId", op["operator_id"]))
+def engine_of(spark: "SparkSession", checkpoint: str | os.PathLike) -> str:
+    """The engine (``"tws"`` or ``"batched"``) whose layout a checkpoint's state has."""
+    return _sparkstate_operator(spark, checkpoint)["engine"]
+
+
+def _variable(spark: "SparkSession", checkpoint: str | os.PathLike, op: dict[str, Any], name: str,
+              batch_id: int | None) -> "DataFrame":
+    reader = spark.read.format("statestore").option("stateVarName", name).option("operatorId", op["operator_id"])
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
     return reader.load(_path(checkpoint))
 
 
-def stored_schema(spark: "SparkSession", checkpoint: str | os.PathLike) -> tuple["StructType", "StructType"]:
-    """The (key, state) schemas the checkpoint's state was written with (meta columns removed)."""
+def _directories(spark: "SparkSession", checkpoint: str | os.PathLike, op: dict[str, Any],
+                 batch_id: int | None) -> dict[int, Any]:
+    from ..engines.batched import Directory
+
+    rows = _variable(spark, checkpoint, op, DIR_VARIABLE, batch_id).collect()
+    return {r.key[0]: Directory.loads(r.value.blob) for r in rows}
+
+
+def _batched_schemas(dirs: dict[int, Any]) -> tuple["StructType", "StructType"]:
+    """The key and state schemas most buckets were last written with (buckets not touched since an
+    upgrade still hold the older one; their rows are matched to it by field name)."""
+    from collections import Counter
+
     from pyspark.sql.types import StructType
 
-    schema = _raw(spark, checkpoint, None).schema
-    key = schema["key"].dataType
-    value = schema["value"].dataType
-    state = StructType([f for f in value.fields if f.name not in (EXISTS_COLUMN, TIMEOUT_COLUMN)])
-    return key, state
+    if not dirs:
+        raise StateSchemaError("the checkpoint's state is empty (no key was ever stored)")
+    key_json = Counter(d.key_schema for d in dirs.values()).most_common(1)[0][0]
+    state_json = Counter(d.state_schema for d in dirs.values()).most_common(1)[0][0]
+    return StructType.fromJson(json.loads(key_json)), StructType.fromJson(json.loads(state_json))
+
+
+def _records(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | None) -> "DataFrame":
+    """One row per stored key, whatever the engine: ``partition_id``, the key columns (under
+    ``key``), the state's fields (under ``value``), its timeout and whether state exists."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
+
+    op = _sparkstate_operator(spark, checkpoint)
+    if op["engine"] == "tws":
+        raw = _variable(spark, checkpoint, op, STATE_VARIABLE, batch_id)
+        fields = [f for f in raw.schema["value"].dataType.names if f not in (EXISTS_COLUMN, TIMEOUT_COLUMN)]
+        return raw.select(
+            "partition_id", "key",
+            F.struct(*[F.col(f"value.`{f}`").alias(f) for f in fields]).alias("value"),
+            F.col(f"value.`{TIMEOUT_COLUMN}`").alias(INITIAL_TIMEOUT_COLUMN),
+            F.col(f"value.`{EXISTS_COLUMN}`").alias(EXISTS_COLUMN),
+        )
+    dirs = _directories(spark, checkpoint, op, batch_id)
+    key_schema, state_schema = _batched_schemas(dirs)
+    target = tuple(state_schema.names)
+    bucket_fields = {b: tuple(d.fields) for b, d in dirs.items()}
+    single = len(key_schema.fields) == 1
+
+    def decode(row: Any) -> Any:
+        import pickle
+
+        stored = bucket_fields.get(row[0], target)
+        idx = None if stored == target else [stored.index(n) if n in stored else None for n in target]
+        for k, (cols, timeout, _h) in pickle.loads(row[1]).items():
+            if cols is not None and idx is not None:
+                cols = tuple(None if i is None else cols[i] for i in idx)
+            keys = (k,) if single else tuple(k)
+            yield (row[2], keys, cols, timeout, cols is not None)
+
+    leaves = _variable(spark, checkpoint, op, LEAF_VARIABLE, batch_id).select(
+        F.col("key").getField(BUCKET_COLUMN), "user_map_value.blob", "partition_id")
+    schema = StructType([
+        StructField("partition_id", IntegerType(), True),
+        StructField("key", key_schema, True),
+        StructField("value", state_schema, True),
+        StructField(INITIAL_TIMEOUT_COLUMN, LongType(), True),
+        StructField(EXISTS_COLUMN, BooleanType(), True),
+    ])
+    return spark.createDataFrame(leaves.rdd.flatMap(decode), schema)
+
+
+def stored_schema(spark: "SparkSession", checkpoint: str | os.PathLike) -> tuple["StructType", "StructType"]:
+    """The (key, state) schemas the checkpoint's state was written with (meta columns removed)."""
+    op = _sparkstate_operator(spark, checkpoint)
+    if op["engine"] == "batched":
+        return _batched_schemas(_directories(spark, checkpoint, op, None))
+    schema = _records(spark, checkpoint, None).schema
+    return schema["key"].dataType, schema["value"].dataType
 
 
 def read(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | None = None) -> "DataFrame":
@@ -94,18 +173,19 @@ def read(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
 
     Columns: the key column(s), the state's fields (a primitive state: ``value``), and
     ``timeout_ms``, the pending timeout in epoch ms or null. A state field with the name of a
-    key column is shown once, as the key. Example: ``ss.state.read(spark, "ck/").show()``
-    (tests/state/test_state_tools.py runs it on real checkpoints).
+    key column is shown once, as the key. Works for checkpoints of every engine. Example:
+    ``ss.state.read(spark, "ck/").show()`` (tests/state/test_state_tools.py runs it on real
+    checkpoints).
     """
     from pyspark.sql import functions as F
 
-    raw = _raw(spark, checkpoint, batch_id)
-    key_fields = raw.schema["key"].dataType.names
-    value_fields = [f for f in raw.schema["value"].dataType.names if f not in (EXISTS_COLUMN, TIMEOUT_COLUMN)]
+    rec = _records(spark, checkpoint, batch_id)
+    key_fields = rec.schema["key"].dataType.names
+    value_fields = rec.schema["value"].dataType.names
     cols = [F.col(f"key.`{k}`").alias(k) for k in key_fields]
     cols += [F.col(f"value.`{v}`").alias(v) for v in value_fields if v not in key_fields]
-    cols.append(F.col(f"value.`{TIMEOUT_COLUMN}`").alias(INITIAL_TIMEOUT_COLUMN))
-    return raw.where(F.col(f"value.`{EXISTS_COLUMN}`")).select(*cols)
+    cols.append(F.col(INITIAL_TIMEOUT_COLUMN))
+    return rec.where(F.col(EXISTS_COLUMN)).select(*cols)
 
 
 def export(spark: "SparkSession", checkpoint: str | os.PathLike, path: str | os.PathLike,
@@ -147,16 +227,17 @@ def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: in
     from pyspark.sql import functions as F
 
     op = _sparkstate_operator(spark, checkpoint)
-    raw = _raw(spark, checkpoint, None).where(F.col(f"value.`{EXISTS_COLUMN}`"))
+    raw = _records(spark, checkpoint, None).where(F.col(EXISTS_COLUMN)).cache()
     per_part = {r.partition_id: r.n for r in raw.groupBy("partition_id").agg(F.count("*").alias("n")).collect()}
-    with_timeout = raw.where(F.col(f"value.`{TIMEOUT_COLUMN}`").isNotNull()).count()
+    with_timeout = raw.where(F.col(INITIAL_TIMEOUT_COLUMN).isNotNull()).count()
+    raw.unpersist()
     state_dir = Path(checkpoint) / "state" / str(op["operator_id"])
     parts = [PartitionStats(p, per_part.get(p, 0), _dir_bytes(state_dir / str(p))) for p in range(op["partitions"])]
     commits = sorted(int(p.name) for p in (Path(checkpoint) / "commits").glob("[0-9]*"))
     per_batch = {}
     for b in commits[-last_batches:]:
         try:
-            per_batch[b] = _raw(spark, checkpoint, b).where(F.col(f"value.`{EXISTS_COLUMN}`")).count()
+            per_batch[b] = _records(spark, checkpoint, b).where(F.col(EXISTS_COLUMN)).count()
         except Exception:  # a batch whose state files were already cleaned up
             continue
     return StateStats(

@@ -1,4 +1,4 @@
-"""The transformWithState engine on real Spark: parity with the harness, restarts, evolution, TTL."""
+"""Both Spark engines on real Spark: parity with the harness, restarts, evolution, TTL, initial state."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ import sparkstate as ss
 from tests.streams import LandingDir, StreamRun
 
 GAP_MS = 1500
+
+ENGINES = ["tws", "batched"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return request.param
 
 
 @dataclass
@@ -71,13 +78,13 @@ def run_on_harness(keep: bool) -> list:
     return out
 
 
-def run_on_spark(spark, tmp_path, keep: bool) -> list:
+def run_on_spark(spark, tmp_path, keep: bool, engine: str) -> list:
     land = LandingDir(tmp_path / "in")
     land.add([{"key": k, "t": t} for k, t in SCRIPT[0]])
     events = (land.stream(spark, "key string, t long")
               .withColumn("event_time", F.timestamp_millis("t"))
               .withWatermark("event_time", "0 seconds"))
-    out = ss.flat_map_groups_with_state(events, key="key", func=tally, state_type=Tally,
+    out = ss.flat_map_groups_with_state(events, engine=engine, key="key", func=tally, state_type=Tally,
                                         output_type="key string, kind string, n long",
                                         timeout=ss.GroupStateTimeout.EventTimeTimeout, keep_expired_state=keep)
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
@@ -106,9 +113,9 @@ def wait_watermark(run: StreamRun, wm_ms: int, timeout: float = 60) -> None:
 
 
 @pytest.mark.parametrize("keep", [False, True], ids=["expire", "keep_expired"])
-@pytest.mark.parametrize("runner", ["harness", "spark"])
-def test_harness_and_engine_agree_on_scripted_scenario(spark, tmp_path, runner, keep):
-    got = run_on_harness(keep) if runner == "harness" else run_on_spark(spark, tmp_path, keep)
+@pytest.mark.parametrize("runner", ["harness"] + ENGINES)
+def test_harness_and_engines_agree_on_scripted_scenario(spark, tmp_path, runner, keep):
+    got = run_on_harness(keep) if runner == "harness" else run_on_spark(spark, tmp_path, keep, runner)
     assert sorted(got) == sorted(EXPECTED[keep])
 
 
@@ -120,13 +127,13 @@ def count_words(word, rows, state):
     return (word, n)
 
 
-def test_restart_on_same_checkpoint_continues_state_exactly(spark, tmp_path):
+def test_restart_on_same_checkpoint_continues_state_exactly(spark, tmp_path, engine):
     land = LandingDir(tmp_path / "in")
     ck = tmp_path / "ck"
 
     def query():
         words = land.stream(spark, "word string")
-        return ss.map_groups_with_state(words, key="word", func=count_words, state_type=int,
+        return ss.map_groups_with_state(words, engine=engine, key="word", func=count_words, state_type=int,
                                         output_type="word string, n long")
 
     land.add([{"word": w} for w in "a b a".split()])
@@ -172,13 +179,13 @@ def profile_v2(user, rows, state):
     return (user, p.visits, p.label, len(p.pages))
 
 
-def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_path):
+def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_path, engine):
     land = LandingDir(tmp_path / "in")
     ck = tmp_path / "ck"
 
     def query(func, state_type):
         clicks = land.stream(spark, "user string, page string")
-        return ss.map_groups_with_state(clicks, key="user", func=func, state_type=state_type,
+        return ss.map_groups_with_state(clicks, engine=engine, key="user", func=func, state_type=state_type,
                                         output_type="user string, visits long, label string, pages long")
 
     land.add([{"user": "u1", "page": "p1"}, {"user": "u1", "page": "p2"}, {"user": "u2", "page": "p1"}])
@@ -196,9 +203,10 @@ def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_pat
 # --- state TTL, static input, several key columns ----------------------------------------
 
 def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
+    engine = "tws"
     land = LandingDir(tmp_path / "in")
     land.add([{"word": "a"}, {"word": "b"}])
-    out = ss.map_groups_with_state(land.stream(spark, "word string"), key="word", func=count_words,
+    out = ss.map_groups_with_state(land.stream(spark, "word string"), engine=engine, key="word", func=count_words,
                                    state_type=int, output_type="word string, n long", state_ttl="4 seconds")
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         run.wait_input()
@@ -214,7 +222,7 @@ def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
     assert sorted(rows[3:]) == [("a", 1), ("b", 1)]
 
 
-def test_static_dataframe_one_pass(spark):
+def test_static_dataframe_one_pass(spark, engine):
     df = spark.createDataFrame([("u1", 1), ("u2", 5), ("u1", 2)], "user string, n long")
 
     def total(user, rows, state):
@@ -223,12 +231,12 @@ def test_static_dataframe_one_pass(spark):
         state.update(s)
         return (user, s)
 
-    out = ss.map_groups_with_state(df, key="user", func=total, state_type=int, output_type="user string, s long",
+    out = ss.map_groups_with_state(df, engine=engine, key="user", func=total, state_type=int, output_type="user string, s long",
                                    timeout=ss.GroupStateTimeout.ProcessingTimeTimeout)
     assert sorted(tuple(r) for r in out.collect()) == [("u1", 3), ("u2", 5)]
 
 
-def test_several_key_columns_reach_func_as_a_tuple(spark, tmp_path):
+def test_several_key_columns_reach_func_as_a_tuple(spark, tmp_path, engine):
     land = LandingDir(tmp_path / "in")
     land.add([{"country": "fr", "city": "paris"}, {"country": "fr", "city": "lyon"},
               {"country": "fr", "city": "paris"}])
@@ -239,7 +247,7 @@ def test_several_key_columns_reach_func_as_a_tuple(spark, tmp_path):
         state.update(n)
         return (country, city, n)
 
-    out = ss.map_groups_with_state(land.stream(spark, "country string, city string"), key=["country", "city"],
+    out = ss.map_groups_with_state(land.stream(spark, "country string, city string"), engine=engine, key=["country", "city"],
                                    func=per_city, state_type=int, output_type="country string, city string, n long")
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         run.wait_input()
@@ -247,7 +255,7 @@ def test_several_key_columns_reach_func_as_a_tuple(spark, tmp_path):
     assert rows == [("fr", "lyon", 1), ("fr", "paris", 2)]
 
 
-def test_user_function_error_names_key_and_exception(spark, tmp_path):
+def test_user_function_error_names_key_and_exception(spark, tmp_path, engine):
     from tests.streams import failure
 
     land = LandingDir(tmp_path / "in")
@@ -258,7 +266,7 @@ def test_user_function_error_names_key_and_exception(spark, tmp_path):
             raise KeyError("no such page")
         return (word, 1)
 
-    out = ss.map_groups_with_state(land.stream(spark, "word string"), key="word", func=fragile, state_type=int,
+    out = ss.map_groups_with_state(land.stream(spark, "word string"), engine=engine, key="word", func=fragile, state_type=int,
                                    output_type="word string, n long")
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         message = failure(run)
@@ -286,7 +294,7 @@ def seen_with_expiry(user, rows, state):
     return (user, s.count, s.last_page)
 
 
-def test_initial_state_with_pending_timeouts_for_map_groups_with_state(spark, tmp_path):
+def test_initial_state_with_pending_timeouts_for_map_groups_with_state(spark, tmp_path, engine):
     # The layout of an export: key, the state's fields, timeout_ms (null: no timeout pending).
     initial = spark.createDataFrame(
         [("u1", 10, "old", 5_000), ("u2", 20, None, None), ("u3", 30, "x", 50_000)],
@@ -296,7 +304,7 @@ def test_initial_state_with_pending_timeouts_for_map_groups_with_state(spark, tm
     land.add([{"user": "u2", "page": "p", "t": 1000}])
     events = (land.stream(spark, "user string, page string, t long")
               .withColumn("event_time", F.timestamp_millis("t")).withWatermark("event_time", "0 seconds"))
-    out = ss.map_groups_with_state(events, key="user", func=seen_with_expiry, state_type=Seen,
+    out = ss.map_groups_with_state(events, engine=engine, key="user", func=seen_with_expiry, state_type=Seen,
                                    output_type="user string, count long, what string",
                                    timeout=ss.GroupStateTimeout.EventTimeTimeout, initial_state=initial)
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
@@ -318,7 +326,7 @@ class Out:
     n: int
 
 
-def test_outputs_may_be_dataclasses_dicts_tuples_or_rows(spark):
+def test_outputs_may_be_dataclasses_dicts_tuples_or_rows(spark, engine):
     from pyspark.sql import Row
 
     df = spark.createDataFrame([("a",), ("b",), ("c",), ("d",)], "user string")
@@ -328,13 +336,13 @@ def test_outputs_may_be_dataclasses_dicts_tuples_or_rows(spark):
     def emit(user, rows, state):
         return forms[user]()
 
-    out = ss.map_groups_with_state(df, key="user", func=emit, state_type=int, output_type=Out)
+    out = ss.map_groups_with_state(df, engine=engine, key="user", func=emit, state_type=int, output_type=Out)
     assert sorted(tuple(r) for r in out.collect()) == [("a", 1), ("b", 2), ("c", 3), ("d", 4)]
 
 
-def test_output_that_does_not_match_output_type_names_key_and_field(spark):
+def test_output_that_does_not_match_output_type_names_key_and_field(spark, engine):
     df = spark.createDataFrame([("a",)], "user string")
-    out = ss.map_groups_with_state(df, key="user", func=lambda u, rows, s: {"user": u}, state_type=int,
+    out = ss.map_groups_with_state(df, engine=engine, key="user", func=lambda u, rows, s: {"user": u}, state_type=int,
                                    output_type=Out)
     with pytest.raises(Exception, match=r"an output for key 'a' does not match output_type: output: missing field 'n'"):
         out.collect()

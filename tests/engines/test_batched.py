@@ -1,0 +1,188 @@
+"""What is particular to the batched engine: values equal to the Row API's, one bucket shared by
+many keys (shared timers, leaf splits), bounded rewrites, state tools, engine mismatch."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql import functions as F
+
+import sparkstate as ss
+from sparkstate.engines import BatchedEngine
+from sparkstate.engines.batched import DIR_VARIABLE, LEAF_VARIABLE, Directory, leaf_bits, leaf_of, split_leaf
+from tests.engines.test_engines import EXPECTED, run_on_harness, run_on_spark
+from tests.streams import LandingDir, StreamRun
+
+# --- pure layout ----------------------------------------------------------------------------
+
+
+def test_split_leaf_partitions_the_hash_space_and_bounds_leaf_size():
+    entries = {f"k{i}": [(i,), None, (i * 0x9E3779B97F4A7C15) & ((1 << 63) - 1)] for i in range(1000)}
+    leaves = split_leaf(1, dict(entries), 16)
+    assert sum(len(v) for v in leaves.values()) == 1000
+    assert max(len(v) for v in leaves.values()) <= 16
+    index = {lid: [len(v), None] for lid, v in leaves.items()}
+    # every key is found in the leaf that holds it, through the directory walk
+    for k, e in entries.items():
+        assert k in leaves[leaf_of(index, leaf_bits(e[2]))]
+
+
+def test_keys_with_identical_hash_bits_stay_in_one_leaf():
+    same = {f"k{i}": [(i,), None, 7 << 32] for i in range(40)}
+    leaves = split_leaf(1, same, 8)
+    assert sorted(len(v) for v in leaves.values() if v) == [40]
+
+
+# --- values reach the function as under the Row API -----------------------------------------
+
+ROWS = [
+    (1, None, 2**62 + 1, 1.5, "x", True, datetime(2024, 1, 2, 3, 4, 5, 600000), "2024-05-06", "12.34",
+     b"ab", [1, None, 3], {"a": 1}, ("in", 2)),
+    (1, 7, None, None, None, None, None, None, None, None, None, None, None),
+    (2, 8, -5, -0.25, "", False, datetime(1999, 12, 31, 23, 59, 59), "1970-01-01", "0.01",
+     b"", [], {}, ("z", None)),
+]
+SCHEMA = ("k int, i int, l long, d double, s string, b boolean, t timestamp, dt string, dec string, bin binary,"
+          " arr array<int>, m map<string,int>, st struct<name:string,n:int>")
+
+
+def _seen(key, rows, state):
+    return [(key, repr(tuple(r))) for r in rows]
+
+
+def test_values_are_the_row_api_values(spark):
+    df = (spark.createDataFrame(ROWS, SCHEMA)
+          .withColumn("dt", F.to_date("dt")).withColumn("dec", F.col("dec").cast("decimal(10,2)")))
+    seen = {}
+    for engine in ("tws", "batched"):
+        out = ss.flat_map_groups_with_state(df, key="k", func=_seen, state_type=int,
+                                            output_type="k int, seen string", engine=engine)
+        # the Row API's UTC is zoneinfo's, ours datetime's: equal, but printed differently
+        seen[engine] = sorted((r.k, r.seen.replace("zoneinfo.ZoneInfo(key='UTC')", "datetime.timezone.utc"))
+                              for r in out.collect())
+    assert seen["batched"] == seen["tws"]
+    got = [s for _, s in seen["batched"]]
+    assert len(got) == 3
+    full = next(s for s in got if "'x'" in s)
+    assert str(2**62 + 1) in full  # a long beyond 2**53 arrives exact
+    assert "datetime.datetime(2024, 1, 2, 3, 4, 5, 600000, tzinfo=datetime.timezone.utc)" in full
+    assert "Row(name='in', n=2)" in full and "{'a': 1}" in full and "[1, None, 3]" in full
+    assert "Decimal('12.34')" in full and "datetime.date(2024, 5, 6)" in full and "b'ab'" in full
+    assert "(1, 7, None, None, None, None, None, None, None, None, None, None, None)" in got
+
+
+# --- one bucket for every key: shared timer, leaf splits --------------------------------------
+
+@pytest.mark.parametrize("keep", [False, True], ids=["expire", "keep_expired"])
+def test_scripted_scenario_with_all_keys_in_one_bucket_and_tiny_leaves(spark, tmp_path, keep):
+    got = run_on_spark(spark, tmp_path, keep, BatchedEngine(buckets=1, leaf_rows=1))
+    assert sorted(got) == sorted(EXPECTED[keep]) == sorted(run_on_harness(keep))
+
+
+def _count(key, rows, state):
+    n = (state.getOption or 0) + sum(1 for _ in rows)
+    state.update(n)
+    return (key, n)
+
+
+def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"user": f"u{i:04d}"} for i in range(2000)])
+    engine = BatchedEngine(buckets=2, leaf_rows=16)
+    out = ss.map_groups_with_state(land.stream(spark, "user string"), key="user", func=_count, state_type=int,
+                                   output_type="user string, n long", engine=engine)
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        run.wait_input()
+        land.add([{"user": "u0001"}, {"user": "u0002"}, {"user": "u0001"}])
+        run.wait_input()
+        progress = [p for p in run.query.recentProgress if p["numInputRows"] == 3][-1]
+        rows = sorted(tuple(r) for r in run.rows)
+    assert ("u0001", 3) in rows and ("u0002", 2) in rows and len(rows) == 2002
+    dirs = spark.read.format("statestore").option("stateVarName", DIR_VARIABLE).load(str(tmp_path / "ck")).collect()
+    leaves = sum(len(Directory.loads(r.value.blob).leaves) for r in dirs)
+    assert leaves >= 2000 // 16  # the 2000 keys were split over many small leaves
+    updated = progress["stateOperators"][0]["numRowsUpdated"]
+    # two keys touched: at most their two leaves and their buckets' directories are rewritten
+    assert 1 <= updated <= 4, progress["stateOperators"][0]
+    state = ss.state.read(spark, tmp_path / "ck")
+    assert state.count() == 2000
+    assert state.where("user = 'u0001'").first().value == 3
+
+
+# --- state tools and engine mismatch ----------------------------------------------------------
+
+@dataclass
+class Visits:
+    n: int
+    last: str
+
+
+def _visits(user, rows, state):
+    rows = list(rows)
+    v = state.getOption or Visits(0, "")
+    v.n += len(rows)
+    v.last = rows[-1].page
+    state.update(v)
+    state.setTimeoutDuration("1 hour")
+    return (user, v.n)
+
+
+def test_state_tools_read_export_and_resume_from_a_batched_checkpoint(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"user": f"u{i}", "page": f"p{i}"} for i in range(300)] + [{"user": "u1", "page": "again"}])
+
+    def query(src, ck_engine, initial=None):
+        return ss.map_groups_with_state(src, key="user", func=_visits, state_type=Visits,
+                                        output_type="user string, n long", engine=ck_engine,
+                                        timeout=ss.GroupStateTimeout.ProcessingTimeTimeout, initial_state=initial)
+
+    with StreamRun(spark, query(land.stream(spark, "user string, page string"), "batched"), tmp_path / "ck",
+                   landing=land, trigger="300 milliseconds") as run:
+        run.wait_input()
+    assert ss.state.engine_of(spark, tmp_path / "ck") == "batched"
+    state = ss.state.read(spark, tmp_path / "ck")
+    assert state.columns == ["user", "n", "last", "timeout_ms"]
+    u1 = state.where("user = 'u1'").first()
+    assert (u1.n, u1.last) == (2, "again") and u1.timeout_ms > datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1000
+    stats = ss.state.stats(spark, tmp_path / "ck")
+    assert stats.keys == 300 and stats.keys_with_timeout == 300
+    assert ss.state.export(spark, tmp_path / "ck", tmp_path / "export") == 300
+
+    # the export starts a query on the other engine, on a new checkpoint
+    land2 = LandingDir(tmp_path / "in2")
+    land2.add([{"user": "u1", "page": "p"}, {"user": "new", "page": "p"}])
+    initial = spark.read.parquet(str(tmp_path / "export"))
+    with StreamRun(spark, query(land2.stream(spark, "user string, page string"), "tws", initial), tmp_path / "ck2",
+                   landing=land2, trigger="300 milliseconds") as run:
+        run.wait_input()
+        assert sorted(tuple(r) for r in run.rows) == [("new", 1), ("u1", 3)]
+
+    # and a query on the wrong engine is refused before it starts
+    with pytest.raises(ss.StateSchemaError, match="written by the 'batched' engine and this query runs on the 'tws'"):
+        ss.map_groups_with_state(land.stream(spark, "user string, page string"), key="user", func=_visits,
+                                 state_type=Visits, output_type="user string, n long", engine="tws",
+                                 checkpoint=tmp_path / "ck")
+
+
+def test_state_ttl_is_refused_with_a_way_out(spark):
+    df = spark.createDataFrame([("a",)], "user string")
+    with pytest.raises(ss.ConfigError, match="state_ttl is not supported by the batched engine.*engine='tws'"):
+        ss.map_groups_with_state(df, key="user", func=_count, state_type=int, output_type="user string, n long",
+                                 state_ttl="1 hour", engine="batched")
+
+
+def test_leaf_blobs_are_plain_pickles_of_builtin_values(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"user": "a"}, {"user": "b"}])
+    out = ss.map_groups_with_state(land.stream(spark, "user string"), key="user", func=_count, state_type=int,
+                                   output_type="user string, n long", engine="batched")
+    with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
+        run.wait_input()
+    leaves = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(tmp_path / "ck"))
+    entries = {}
+    for r in leaves.collect():
+        entries.update(pickle.loads(r.user_map_value.blob))
+    assert {k: (v[0], v[1]) for k, v in entries.items()} == {"a": ((1,), None), "b": ((1,), None)}
