@@ -15,6 +15,7 @@ from .errors import (
     TimeoutConfigError,
     UserFunctionError,
 )
+from .engines import BatchedEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
 from .session import spark_session
@@ -23,6 +24,7 @@ from .spec import StateSpec
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchedEngine",
     "ConfigError",
     "GroupState",
     "GroupStateTimeout",
@@ -33,6 +35,7 @@ __all__ = [
     "StateSpec",
     "StateTypeError",
     "TimeoutConfigError",
+    "TransformWithStateEngine",
     "UserFunctionError",
     "flat_map_groups_with_state",
     "map_groups_with_state",

@@ -74,6 +74,26 @@ PRIMITIVE_TYPES = tuple(_PRIMITIVES)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FRACTIONAL = (FloatType, DoubleType)
 
+_ROW_CLASSES: dict[tuple[str, ...], type] = {}
+
+
+def row_class(names: Any) -> type:
+    """A ``Row`` subclass whose field names live on the class, so ``row_class(n)(values)`` builds
+    a Row without a per-row attribute write. Its rows are ordinary Rows to everything else
+    (``isinstance``, ``asDict``, attribute access, pickling, Spark's converters).
+
+    >>> r = row_class(("a", "b"))((1, 2))
+    >>> r, r.b, r.asDict(), isinstance(r, Row)
+    (Row(a=1, b=2), 2, {'a': 1, 'b': 2}, True)
+    """
+    key = tuple(names)
+    cls = _ROW_CLASSES.get(key)
+    if cls is None:
+        fields = list(key)
+        cls = type("Row", (Row,), {"__fields__": fields, "__new__": lambda c, vals: tuple.__new__(c, vals)})
+        _ROW_CLASSES[key] = cls
+    return cls
+
 
 def _unwrap_optional(tp: Any, where: str = "type") -> tuple[Any, bool]:
     origin = typing.get_origin(tp)
@@ -232,7 +252,7 @@ def _struct_encoder(st: StructType, where: str) -> Callable[[Any], Any]:
     names = tuple(st.names)
     encs = tuple(encoder_for(f.dataType, f"{where}.{f.name}") for f in st.fields)
     pairs = tuple(zip(names, encs))
-    factory = Row(*names)
+    make = row_class(names)
     n = len(names)
 
     def enc_struct(v: Any) -> Any:
@@ -240,18 +260,18 @@ def _struct_encoder(st: StructType, where: str) -> Callable[[Any], Any]:
             return None
         if isinstance(v, Row) and hasattr(v, "__fields__"):
             d = v.asDict()
-            return factory(*[e(_field(d, k, where)) for k, e in pairs])
+            return make([e(_field(d, k, where)) for k, e in pairs])
         if isinstance(v, dict):
-            return factory(*[e(_field(v, k, where)) for k, e in pairs])
+            return make([e(_field(v, k, where)) for k, e in pairs])
         if isinstance(v, (tuple, list)):
             if len(v) != n:
                 raise StateTypeError(
                     f"{where}: expected {n} values ({', '.join(names)}), got a {type(v).__name__} of {len(v)}: {v!r}"
                 )
-            return factory(*[e(x) for (_, e), x in zip(pairs, v)])
+            return make([e(x) for (_, e), x in zip(pairs, v)])
         if dataclasses.is_dataclass(v):
             try:
-                return factory(*[e(getattr(v, k)) for k, e in pairs])
+                return make([e(getattr(v, k)) for k, e in pairs])
             except AttributeError as exc:
                 raise StateTypeError(
                     f"{where}: expected fields {', '.join(names)}; {type(v).__name__} has no {exc.name!r}"

@@ -207,18 +207,18 @@ def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
     land = LandingDir(tmp_path / "in")
     land.add([{"word": "a"}, {"word": "b"}])
     out = ss.map_groups_with_state(land.stream(spark, "word string"), engine=engine, key="word", func=count_words,
-                                   state_type=int, output_type="word string, n long", state_ttl="4 seconds")
+                                   state_type=int, output_type="word string, n long", state_ttl="10 seconds")
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         run.wait_input()
         land.add([{"word": "a"}])
         run.wait_input()
-        time.sleep(5)
+        time.sleep(11)
         land.add([{"word": "a"}, {"word": "b"}])
         run.wait_input()
         rows = [tuple(r) for r in run.rows]
     assert sorted(rows[:2]) == [("a", 1), ("b", 1)]
     assert rows[2] == ("a", 2)
-    # More than 4 s without an update: both keys start again.
+    # More than 10 s without an update: both keys start again.
     assert sorted(rows[3:]) == [("a", 1), ("b", 1)]
 
 

@@ -7,7 +7,7 @@ as for any transformWithState query):
   buckets; the bucket is transformWithState's grouping key, so one Python call serves every
   key of a bucket that has input in the micro-batch.
 - A bucket's keys live in *leaves*: a map state ``sparkstate_leaves`` from leaf id to one
-  binary value holding up to ``leaf_rows`` keys (their encoded state, pending timeout and
+  binary value holding up to ``leaf_rows`` (64) keys (their encoded state, pending timeout and
   hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
   so leaves stay small however many keys the state holds: a batch reads and rewrites only
   the leaves its keys fall in, never the untouched rest of the bucket.
@@ -35,7 +35,8 @@ from ..errors import ConfigError, StateSchemaError
 from ..group_state import run_call
 from ._calls import Calls, time_mode
 from .base import Engine, StatePlan, initial_key_column
-from .columns import column_converter, make_row
+from ..types import row_class
+from .columns import column_converter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -116,10 +117,12 @@ class Directory:
     #: JSON of the key columns' and the state's Spark schemas, for the state tools.
     key_schema: str
     state_schema: str
+    #: not stored yet (not saved in the blob)
+    fresh: bool = False
 
     @staticmethod
     def new(buckets: int, fields: tuple[str, ...], key_schema: str, state_schema: str) -> "Directory":
-        return Directory(buckets, fields, {1: [0, None]}, None, key_schema, state_schema)
+        return Directory(buckets, fields, {1: [0, None]}, None, key_schema, state_schema, True)
 
     def dumps(self) -> bytes:
         return pickle.dumps((LAYOUT_VERSION, self.buckets, self.fields, self.leaves, self.timer,
@@ -192,12 +195,27 @@ class _Processor(StatefulProcessor, Calls):
         if d.leaves[lid][0] == 0:
             return {}
         row = self.leaf_state.getValue((lid,))
-        if row is None:
-            return {}
-        entries = pickle.loads(row[0])
-        if d.fields != self.fields:
-            entries = self._evolve(d.fields, entries)
-        return entries
+        return {} if row is None else self._unpickle(d, row[0])
+
+    def _load_leaves(self, d: Directory, need: set[int]) -> dict[int, dict]:
+        """The entries of the leaves in ``need``: one read each, or, when most of the bucket's
+        stored leaves are needed, one scan of the bucket's map state (a few round trips)."""
+        stored = [lid for lid in need if d.leaves[lid][0]]
+        out = {lid: {} for lid in need if not d.leaves[lid][0]}
+        if len(stored) >= 8 and len(stored) * 2 >= sum(1 for c, _ in d.leaves.values() if c):
+            for (lid,), (blob,) in self.leaf_state.iterator():
+                if lid in need:
+                    out[lid] = self._unpickle(d, blob)
+            for lid in stored:
+                out.setdefault(lid, {})
+            return out
+        for lid in stored:
+            out[lid] = self._load_leaf(d, lid)
+        return out
+
+    def _unpickle(self, d: Directory, blob: bytes) -> dict:
+        entries = pickle.loads(blob)
+        return self._evolve(d.fields, entries) if d.fields != self.fields else entries
 
     def _evolve(self, stored: tuple[str, ...], entries: dict) -> dict:
         """Re-lay state columns written with ``stored`` field names as the current fields."""
@@ -272,7 +290,8 @@ class _Processor(StatefulProcessor, Calls):
         kp = self.key_pos
         single = len(kp) == 1
         decode = self.decode_value
-        names = self.value_names
+        cls = row_class(self.value_names)
+        new = tuple.__new__
         n = self.n_values
         for pdf in frames:
             if len(pdf) == 0:
@@ -282,8 +301,7 @@ class _Processor(StatefulProcessor, Calls):
             keys = cols[kp[0]] if single else list(zip(*(cols[i] for i in kp)))
             rows = zip(*cols) if n > 1 else ((v,) for v in cols[0])
             for k, h, vals in zip(keys, hcol, rows):
-                row = make_row(names, vals)
-                v = decode(row) if decode is not None else row
+                v = new(cls, vals) if decode is None else decode(vals)
                 g = groups.get(k)
                 if g is None:
                     groups[k] = [v]
@@ -297,30 +315,27 @@ class _Processor(StatefulProcessor, Calls):
         now = self.now(pt, wm)
         d = self._load_dir()
         leaves = d.leaves
-        touched: dict[int, dict] = {}
-        out: list = []
-        for k, vals in groups.items():
-            h = hashes[k]
-            lid = leaf_of(leaves, leaf_bits(h))
-            leaf = touched.get(lid)
-            if leaf is None:
-                leaf = touched[lid] = self._load_leaf(d, lid)
-            out.extend(self._call(leaf, k, h, iter(vals), pt, wm, False))
+        placed = [(k, hashes[k], leaf_of(leaves, leaf_bits(hashes[k]))) for k in groups]
+        need = {lid for _, _, lid in placed}
+        due: list[int] = []
         if self.timers:
             due = [lid for lid, (_, m) in leaves.items() if m is not None and m < now]
-            for lid in due:
-                leaf = touched.get(lid)
-                if leaf is None:
-                    leaf = touched[lid] = self._load_leaf(d, lid)
-                for k, e in list(leaf.items()):
-                    t = e[1]
-                    if t is not None and t < now and k not in groups:
-                        out.extend(self._call(leaf, k, e[2], iter(()), pt, wm, True))
+            need.update(due)
+        touched = self._load_leaves(d, need)
+        out: list = []
+        for k, h, lid in placed:
+            out.extend(self._call(touched[lid], k, h, iter(groups[k]), pt, wm, False))
+        for lid in due:
+            leaf = touched[lid]
+            for k, e in list(leaf.items()):
+                t = e[1]
+                if t is not None and t < now and k not in groups:
+                    out.extend(self._call(leaf, k, e[2], iter(()), pt, wm, True))
         if touched:
             self._save(d, touched)
         before = d.timer
         self._arm(d, now)
-        if touched or d.timer != before or self.dir_state.get() is None:
+        if touched or d.timer != before or d.fresh:
             self.dir_state.update((d.dumps(),))
         if out:
             yield self._frame(out)
@@ -328,7 +343,7 @@ class _Processor(StatefulProcessor, Calls):
     def _frame(self, rows: list) -> Any:
         import pandas as pd
 
-        return pd.DataFrame.from_records([tuple(r) for r in rows], columns=self.output_names)
+        return pd.DataFrame.from_records(rows, columns=self.output_names)
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         groups, hashes = self._group(rows)
@@ -431,7 +446,7 @@ class BatchedEngine(Engine):
 
     name = "batched"
 
-    def __init__(self, buckets: int = 64, leaf_rows: int = 128) -> None:
+    def __init__(self, buckets: int = 64, leaf_rows: int = 64) -> None:
         if int(buckets) < 1 or int(leaf_rows) < 1:
             raise ConfigError(f"batched engine: buckets and leaf_rows must be 1 or more, got {buckets}, {leaf_rows}")
         self.buckets = int(buckets)

@@ -16,10 +16,11 @@ and lists of pairs).
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from typing import Any, Callable
 
 from pyspark.sql import Row
+
+from ..types import row_class
 from pyspark.sql.types import (
     ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DoubleType, FloatType, IntegerType,
     LongType, MapType, ShortType, StructType, TimestampNTZType, TimestampType,
@@ -45,9 +46,7 @@ def _is_null(v: Any) -> bool:
 
 def make_row(names: list[str], values: Any) -> Row:
     """A Row with field names, as the Row API builds them (without the per-call Row factory)."""
-    row = tuple.__new__(Row, values)
-    row.__fields__ = names
-    return row
+    return tuple.__new__(row_class(names), values)
 
 
 def cell_converter(dt: DataType, tz: _dt.tzinfo) -> Cell:
@@ -115,17 +114,18 @@ def column_converter(dt: DataType, tz: _dt.tzinfo) -> Callable[[Any], list]:
     cell = cell_converter(dt, tz)
     flat_ok = isinstance(dt, (ByteType, ShortType, IntegerType, DoubleType, FloatType, BooleanType))
 
+    plain = not isinstance(dt, (TimestampType, TimestampNTZType, DateType, BinaryType, ArrayType, MapType, StructType,
+                                DoubleType, FloatType, *_INTEGRAL, BooleanType))
+    integral = isinstance(dt, _INTEGRAL)
+
     def convert(series: Any) -> list:
         kind = series.dtype.kind
-        if flat_ok and kind in "iub" or (kind == "f" and isinstance(dt, (DoubleType, FloatType))
-                                         and not series.isna().any()):
+        if flat_ok and kind in "iub":
             return series.tolist()
-        if kind == "O" and not isinstance(dt, (TimestampType, TimestampNTZType, DateType, BinaryType,
-                                                ArrayType, MapType, StructType, DoubleType, FloatType,
-                                                *_INTEGRAL, BooleanType)):
-            # strings, decimals: already Python objects; only NaN stand-ins for null to fix
+        if kind in "fO" and (plain or integral or kind == "f") and not series.isna().any():
             values = series.tolist()
-            return [None if (x is not None and isinstance(x, float) and math.isnan(x)) else x for x in values]
+            # no null: strings and decimals are ready; longs came as strings, other integers maybe as floats
+            return list(map(int, values)) if integral else values
         return [cell(x) for x in series.tolist()]
 
     return convert
