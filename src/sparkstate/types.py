@@ -78,19 +78,20 @@ _ROW_CLASSES: dict[tuple[str, ...], type] = {}
 
 
 def row_class(names: Any) -> type:
-    """A ``Row`` subclass whose field names live on the class, so ``row_class(n)(values)`` builds
+    """A ``Row`` subclass whose field names live on the class, so ``row_class(n)(*values)`` builds
     a Row without a per-row attribute write. Its rows are ordinary Rows to everything else
-    (``isinstance``, ``asDict``, attribute access, pickling, Spark's converters).
+    (``isinstance``, ``asDict``, attribute access, pickling, Spark's converters, and PySpark's
+    state-value normalizer, which rebuilds a Row as ``type(row)(*values)``).
 
-    >>> r = row_class(("a", "b"))((1, 2))
-    >>> r, r.b, r.asDict(), isinstance(r, Row)
-    (Row(a=1, b=2), 2, {'a': 1, 'b': 2}, True)
+    >>> r = row_class(("a", "b"))(1, 2)
+    >>> r, r.b, r.asDict(), isinstance(r, Row), type(r)(*r) == r
+    (Row(a=1, b=2), 2, {'a': 1, 'b': 2}, True, True)
     """
     key = tuple(names)
     cls = _ROW_CLASSES.get(key)
     if cls is None:
         fields = list(key)
-        cls = type("Row", (Row,), {"__fields__": fields, "__new__": lambda c, vals: tuple.__new__(c, vals)})
+        cls = type("Row", (Row,), {"__fields__": fields, "__new__": lambda c, *vals: tuple.__new__(c, vals)})
         _ROW_CLASSES[key] = cls
     return cls
 
@@ -252,7 +253,12 @@ def _struct_encoder(st: StructType, where: str) -> Callable[[Any], Any]:
     names = tuple(st.names)
     encs = tuple(encoder_for(f.dataType, f"{where}.{f.name}") for f in st.fields)
     pairs = tuple(zip(names, encs))
-    make = row_class(names)
+    cls = row_class(names)
+    new = tuple.__new__
+
+    def make(values: list) -> Any:
+        return new(cls, values)
+
     n = len(names)
 
     def enc_struct(v: Any) -> Any:
