@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean pg
+.PHONY: demo test bench soak install clean pg
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,3 +39,8 @@ clean:
 # Benchmarks (see benchmarks/README.md): BENCH_ARGS="--quick" for a short smoke run.
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+# Soak run (benchmarks/soak.py): sessionize on the generator at a fixed rate for 10 minutes; exits 1
+# unless batch duration and state stay flat. SOAK_ARGS="--minutes 2 --rate 300" to change it.
+soak: $(STAMP)
+	$(PY) -m benchmarks.soak $(SOAK_ARGS)

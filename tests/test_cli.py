@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -124,20 +125,20 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
     assert code == 0, printed.err
     assert "caught up (--once)" in printed.out and "Traceback" not in printed.err
 
-    # One metrics line per micro-batch of each query, with every field.
+    # One metrics line per micro-batch of the job's query, with every field.
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     output = [m for m in lines if m["query"] == "output"]
-    dead = [m for m in lines if m["query"] == "dead_letters"]
+    assert output == lines
     assert [m["batch_id"] for m in output] == list(range(len(output))) and len(output) >= 2
-    assert [m["batch_id"] for m in dead] == list(range(len(dead))) and dead
     assert set(lines[0]) == {
         "time", "query", "query_name", "run_id", "batch_id", "rows_in", "input_rows_per_s",
         "processed_rows_per_s", "batch_duration_ms", "state_rows", "state_rows_updated", "state_rows_removed",
         "state_memory_bytes", "timers_expired", "rows_out", "timed_out", "dead_letters", "dead_letters_total",
-        "watermark",
+        "watermark", "late", "rows_dropped_by_watermark",
     }
     assert sum(m["rows_in"] for m in output) == 302
-    assert sum(m["dead_letters"] for m in dead) == 2 and lines[-1]["dead_letters_total"] == 2
+    assert sum(m["dead_letters"] for m in output) == 2 and lines[-1]["dead_letters_total"] == 2
+    assert sum(m["late"] for m in output) == 0 and sum(m["rows_dropped_by_watermark"] for m in output) == 0
     assert all(isinstance(m["state_memory_bytes"], int) and m["state_memory_bytes"] > 0 for m in output)
 
     # The sessions written equal the reference finished by the final watermark, exactly.
@@ -158,7 +159,10 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
     assert per_batch[1] and {s.closed_by for s in per_batch[1]} == {"timeout"}
     # what is left in state are the sessions the watermark has not passed yet
     still_open = set(reference_sessions(events, GAP)) - set(expected)
-    assert output[-1]["state_rows"] == len(still_open) > 0
+    import sparkstate as ss
+
+    assert ss.state.keys(spark, tmp_path / "ck") == len(still_open) > 0
+    assert re.search(rf"keys left in state\s*│\s*{len(still_open)}\s*│", printed.out)
 
     reasons = sorted(r.reason for r in spark.read.parquet(str(out / "_deadletter")).collect())
     assert reasons == ["missing field user_id", "not valid JSON"]
@@ -175,13 +179,18 @@ def test_run_once_ends_a_processing_time_query_that_never_goes_idle(spark, tmp_p
     code = main([
         "run", "sessionize", "--source", f"files:{land}", "--sink", "memory:pt_sessions",
         "--deadletter", "memory:pt_dead", "--time-mode", "processing", "--gap", "10 minutes",
+        "--checkpoint", str(tmp_path / "ck"),
         "--trigger", "500 milliseconds", "--once", "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
     ])
     assert code == 0, capsys.readouterr().err
     got = [(r.user_id, r.events, r.closed_by) for r in spark.table("pt_sessions").collect()]
     assert got == [("a", ["x", "y"], "last_event")]
     output = [m for m in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines()) if m["query"] == "output"]
-    assert output[-1]["rows_in"] == 0 and output[-1]["state_rows"] == 2  # a's "z" and b's "p" are still open
+    assert output[-1]["rows_in"] == 0
+    import sparkstate as ss
+
+    open_now = sorted((r.user_id, list(r.events)) for r in ss.state.read(spark, tmp_path / "ck").collect())
+    assert open_now == [("a", ["z"]), ("b", ["p"])]  # still open, waiting on their processing-time timeout
 
 
 def test_ctrl_c_lets_the_batch_finish_and_exits_cleanly(spark, tmp_path, capsys):

@@ -7,6 +7,8 @@ say where the problem is, what was expected, what arrived, and how to fix it.
 
 from __future__ import annotations
 
+import re
+
 
 class SparkStateError(Exception):
     """Base class of every sparkstate error."""
@@ -46,3 +48,46 @@ class SinkError(SparkStateError):
 class JobFailedError(SparkStateError):
     """A query of a running job (``sparkstate run``, :func:`sparkstate.jobs.run_pipeline`) stopped
     with an error; the message has the query's role and Spark's first line."""
+
+
+# --- one readable line for an error that comes back from Spark -------------------------------
+
+_OUR_ERROR = re.compile(r"^\s*sparkstate\.errors\.(\w+): (.+)$")
+_PY_ERROR = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): (.+)$")
+# Wrappers around the real error: Spark's and py4j's own exception types.
+_WRAPPERS = ("py4j.", "pyspark.", "org.apache.", "java.", "scala.")
+_QUERY_PREFIX = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+_MAX_CHARS = 600
+
+
+def explain(exc: BaseException | str) -> str:
+    """One readable line for an error that came back from Spark, without stack traces.
+
+    A failed streaming query's exception holds Spark's message, the Python traceback of the
+    worker that failed and the JVM stack trace, often several times over. This picks what a
+    person needs: a sparkstate error raised on a worker (for a state function that raised:
+    ``UserFunctionError: the state function 'f' raised ValueError: ... (key 'u1') ...``), else
+    the last Python exception of the embedded traceback, else Spark's first line (without the
+    ``[STREAM_FAILED] Query [id = ...] terminated with exception:`` preamble).
+
+    >>> explain("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: [X] it broke\\n\\tat a.b(C.java:1)")
+    '[X] it broke'
+    >>> explain("PythonException: from the worker:\\nTraceback (most recent call last):\\n  File ...\\n"
+    ...         "ValueError: boom\\n\\nsparkstate.errors.UserFunctionError: the state function 'f' raised"
+    ...         " ValueError: boom (key 'u1')\\n\\tat py4j.Protocol(Protocol.java:476)")
+    "UserFunctionError: the state function 'f' raised ValueError: boom (key 'u1')"
+    """
+    text = str(exc).strip() if not isinstance(exc, str) else exc.strip()
+    if not text:
+        return type(exc).__name__ if not isinstance(exc, str) else "unknown error"
+    lines = text.splitlines()
+    ours = [m for m in map(_OUR_ERROR.match, lines) if m]
+    if ours:
+        found = f"{ours[-1].group(1)}: {ours[-1].group(2).strip()}"
+    else:
+        python = [m for m in map(_PY_ERROR.match, lines) if m and not m.group(1).startswith(_WRAPPERS)]
+        if python and "Traceback (most recent call last)" in text:
+            found = f"{python[-1].group(1).rsplit('.', 1)[-1]}: {python[-1].group(2).strip()}"
+        else:
+            found = _QUERY_PREFIX.sub("", lines[0].strip())
+    return found if len(found) <= _MAX_CHARS else found[: _MAX_CHARS - 3] + "..."

@@ -32,6 +32,11 @@ REQUIRED_SETTINGS: dict[str, tuple[str, str]] = {
 }
 
 
+#: In local mode nothing outside the machine talks to Spark: its driver and block manager
+#: ports listen on the loopback interface only (Spark's default is the host's address).
+LOCAL_ONLY = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+
+
 def default_config() -> dict[str, str]:
     """The configuration :func:`spark_session` applies (before the caller's ``config``)."""
     cores = os.cpu_count() or 2
@@ -67,19 +72,25 @@ def spark_session(
     Spark's built-in stateful operators (streaming aggregations, deduplication, joins) refuse
     the Avro state encoding: for a query made of those, set
     ``spark.sql.streaming.stateStore.encodingFormat`` to ``unsaferow`` before starting it. ``master=None`` means
-    ``local[*]`` unless one is already configured (spark-submit). ``config`` wins over all.
+    ``local[*]`` unless one is already configured (spark-submit). In local mode Spark's ports
+    listen on 127.0.0.1 only (:data:`LOCAL_ONLY`). ``config`` wins over all.
     """
     _point_workers_at_this_python()
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     builder = SparkSession.builder.appName(app_name)
+    chosen = master
     if master is not None:
         builder = builder.master(master)
-    elif active is None and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
-            and not os.environ.get("SPARK_MASTER"):
-        builder = builder.config("spark.master", os.environ.get("SPARKSTATE_MASTER", "local[*]"))
+    elif active is None and not any(m in os.environ.get("PYSPARK_SUBMIT_ARGS", "") for m in ("spark.master", "--master")) \
+            and not os.environ.get("SPARK_MASTER") and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # (PYSPARK_GATEWAY_PORT: started by spark-submit, whose --master is already in the JVM's conf)
+        chosen = os.environ.get("SPARKSTATE_MASTER", "local[*]")
+        builder = builder.config("spark.master", chosen)
     settings = default_config()
+    if chosen is not None and chosen.startswith("local"):
+        settings.update(LOCAL_ONLY)
     settings.update(config or {})
     for k, v in settings.items():
         builder = builder.config(k, v)

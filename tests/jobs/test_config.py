@@ -36,8 +36,26 @@ def test_precedence_flags_env_file_defaults(tmp_path):
     assert load_config("running-count", {"source": "files:x"}, {}).trigger == "1 second"
 
 
+def test_master_flag_over_env_over_file_over_default(tmp_path):
+    from sparkstate.cli import build_parser
+    from sparkstate.cli._run import job_config
+
+    f = tmp_path / "job.toml"
+    f.write_text('master = "spark://file:7077"\n')
+    env = {"SPARKSTATE_MASTER": "spark://env:7077", "SPARKSTATE_CONFIG": str(f)}
+    parse = build_parser().parse_args
+    flag = parse(["run", "running-count", "--source", "files:x", "--master", "spark://flag:7077"])
+    bare = parse(["run", "running-count", "--source", "files:x"])
+    assert job_config(flag, env).master == "spark://flag:7077"
+    assert job_config(bare, env).master == "spark://env:7077"
+    assert job_config(bare, {"SPARKSTATE_CONFIG": str(f)}).master == "spark://file:7077"
+    assert job_config(bare, {}).master is None  # spark_session: local[*], or what spark-submit set
+    with pytest.raises(ConfigError, match="master must be a Spark master URL such as spark://HOST:7077"):
+        JobConfig("running-count", source="files:x", master=" ")
+
+
 def test_env_reads_only_job_settings():
-    env = {"SPARKSTATE_MASTER": "local[2]", "SPARKSTATE_SPARK_LOG_LEVEL": "WARN", "SPARKSTATE_ONCE": "off",
+    env = {"SPARKSTATE_SPARK_LOG_LEVEL": "WARN", "SPARKSTATE_ONCE": "off",
            "SPARKSTATE_OPTIONS": "maxFilesPerTrigger=1, latestFirst=true", "HOME": "/root"}
     assert read_env(env) == {"once": False, "options": {"maxFilesPerTrigger": "1", "latestFirst": "true"}}
     with pytest.raises(ConfigError, match=r"environment: once: expected true or false, got 'sometimes'"):

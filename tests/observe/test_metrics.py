@@ -31,7 +31,7 @@ def test_fields_of_a_real_report():
         "input_rows_per_s": 0.0, "processed_rows_per_s": 0.0, "batch_duration_ms": 746,
         "state_rows": 1, "state_rows_updated": 0, "state_rows_removed": 3, "state_memory_bytes": 1058064,
         "timers_expired": 0, "rows_out": 3, "timed_out": 3, "dead_letters": 0, "dead_letters_total": 4,
-        "watermark": "2024-01-01T00:54:47.925Z",
+        "watermark": "2024-01-01T00:54:47.925Z", "late": None, "rows_dropped_by_watermark": None,
     }
 
 

@@ -45,11 +45,11 @@ def test_not_a_terminal_log_lines_at_most_every_interval(caplog):
         t = feed(display, t, {"batchId": 3, "numInputRows": 1})
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "job: 1 batches | 100 rows in | in -/s, processed 50.0/s | 7 keys in state (3.0 MiB) | 4 sessions emitted"
+        "job: 1 batches | 100 rows in | in -/s, processed 50.0/s | 7 state rows (3.0 MiB) | 4 sessions emitted"
         " | 0 dead letters",
-        "job: 3 batches | 110 rows in | in -/s, processed -/s | - keys in state (-) | 4 sessions emitted"
+        "job: 3 batches | 110 rows in | in -/s, processed -/s | - state rows (-) | 4 sessions emitted"
         " | 3 dead letters | watermark 2024-01-01T00:00:00.000Z",
-        "job: 4 batches | 111 rows in | in -/s, processed -/s | - keys in state (-) | 4 sessions emitted"
+        "job: 4 batches | 111 rows in | in -/s, processed -/s | - state rows (-) | 4 sessions emitted"
         " | 3 dead letters | watermark 2024-01-01T00:00:00.000Z",  # the last one, when it closes
     ]
     assert console.file.getvalue() == ""  # nothing drawn on a non-terminal
@@ -63,6 +63,6 @@ def test_terminal_live_table():
                                     "observedMetrics": {"sparkstate_output": {"rows": 12, "timed_out": 5}},
                                     "stateOperators": [{"numRowsTotal": 42, "memoryUsedBytes": 2048}]})
     out = console.file.getvalue()
-    for text in ("sparkstate run sessionize", "micro-batches", "1,234", "99.5 rows/s", "keys in state", "42",
+    for text in ("sparkstate run sessionize", "micro-batches", "1,234", "99.5 rows/s", "state rows", "42",
                  "2.0 KiB", "sessions emitted", "closed by timeout", "dead letters"):
         assert text in out, text

@@ -64,7 +64,7 @@ def _demo(args: argparse.Namespace) -> int:
             def on_batch(b: Any) -> None:
                 status.update(
                     f"Micro-batch {b.batch_id}: {b.input_rows} events in, watermark {b.watermark},"
-                    f" {b.keys_in_state} open sessions in state"
+                    f" {b.state_rows} rows in the state store"
                 )
 
             result = run_demo(spark, out, events=args.events, users=args.users, seed=args.seed, on_batch=on_batch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import tempfile
@@ -49,6 +50,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--time-mode", choices=("event", "processing"), help=f"sessionize: (default: {d.time_mode})")
     run.add_argument("--watermark", metavar="DURATION", help=f"sessionize, event time: allowed lateness"
                      f" (default: {d.watermark})")
+    run.add_argument("--max-future-skew", metavar="DURATION", help="sessionize, event time: events more than this"
+                     " ahead of the processing time go to the dead letters instead of moving the watermark"
+                     " (default: no limit)")
     run.add_argument("--trigger", metavar="DURATION", help=f"micro-batch interval (default: {d.trigger})")
     run.add_argument("--initial-state", metavar="PATH", help="visited-pages: Parquet or JSON of user_id,"
                      " visited_pages to start from (json:PATH / parquet:PATH to say which)")
@@ -60,6 +64,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--query-name", metavar="NAME", help="name of the streaming query")
     run.add_argument("--spark-log", metavar="FILE", help="where Spark's own output goes when sparkstate starts"
                      " Spark (default: CHECKPOINT/spark.log, or one in the temp directory)")
+    run.add_argument("--master", metavar="URL", help="Spark master when sparkstate starts Spark, e.g."
+                     " spark://HOST:7077 (default: local[*]; SPARKSTATE_MASTER)")
+    run.add_argument("--engine", metavar="NAME", help="state engine: batched (default, fastest) or tws")
     run.add_argument("--config", metavar="FILE", help="settings from a .yaml/.yml/.toml file")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                      help="show progress: a live table on a terminal, log lines otherwise (default: on)")
@@ -67,7 +74,7 @@ def add_parser(sub: Any) -> None:
 
 
 RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
-                "initial_state", "metrics", "once", "query_name", "spark_log", "config")
+                "initial_state", "metrics", "once", "query_name", "spark_log", "master", "engine", "max_future_skew", "config")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -122,8 +129,12 @@ def _run(args: argparse.Namespace) -> int:
     previous = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) if in_main_thread else None
     spark = None
     try:
-        with console.status("Starting Spark (local) ..."):
-            spark = active if active is not None else ss.spark_session(f"sparkstate-{config.pipeline}")
+        with console.status(f"Starting Spark ({config.master or 'local'}) ..."):
+            spark = active if active is not None else ss.spark_session(f"sparkstate-{config.pipeline}",
+                                                                       master=config.master)
+        if not own_session and config.master and spark.sparkContext.master != config.master:
+            logging.getLogger("sparkstate").warning("run: master %s ignored: this process already runs Spark on %s",
+                                                    config.master, spark.sparkContext.master)
         if in_main_thread:  # after Spark's start, which installs its own handler (see _demo); SIGTERM alike
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -157,7 +168,9 @@ def _print_run_summary(console: Any, r: Any, output_label: str, log_path: Path |
     if r.timed_out is not None:
         table.add_row("  closed by timeout", str(r.timed_out))
     table.add_row("dead letters", str(r.dead_letters))
-    table.add_row("keys left in state", "-" if r.state_rows is None else str(r.state_rows))
+    if getattr(r, "late_events", None):
+        table.add_row("  late events", str(r.late_events))
+    table.add_row("keys left in state", "-" if r.keys_in_state is None else str(r.keys_in_state))
     if r.final_watermark:
         table.add_row("final watermark", r.final_watermark)
     table.add_row("duration", f"{r.seconds:.1f} s")

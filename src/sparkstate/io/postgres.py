@@ -132,8 +132,10 @@ def parse_postgres_url(text: str) -> PostgresTarget:
     try:
         parts = urlsplit(text)
         port = parts.port  # validates the port
-    except ValueError as exc:
-        raise bad(f"unreadable URL ({mask_url(str(exc))})") from None
+    except ValueError:
+        # urllib's message may quote a piece of a password holding an unencoded / : @ (read as the
+        # port): say what to check, and show nothing of what is before the last @.
+        raise bad("unreadable URL (is the port a number? a password with : / @ ? # must be percent-encoded)") from None
     if parts.scheme not in ("postgresql", "postgres") or not text.startswith(parts.scheme + "://"):
         raise bad("the URL must start with postgresql://")
     if parts.fragment:

@@ -269,6 +269,8 @@ class FileBatchWriter:
         target = HPath(root, f"batch_id={batch_id}")
         if fs.exists(target):
             log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
+            # Still run the batch: a stateful query's state stores must commit it, or Spark fails the query.
+            batch_df.write.format("noop").mode("overwrite").save()
             return
         tmp_root = HPath(root, _TMP_DIR)
         stale = fs.globStatus(HPath(tmp_root, f"batch_id={batch_id}-*")) or []

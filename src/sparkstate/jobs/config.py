@@ -37,7 +37,7 @@ FORMATS = ("json", "csv", "parquet")
 ENV_PREFIX = "SPARKSTATE_"
 
 #: Settings that only some pipelines use (the others refuse or ignore them).
-SESSIONIZE_ONLY = ("gap", "time_mode", "watermark")
+SESSIONIZE_ONLY = ("gap", "time_mode", "watermark", "max_future_skew")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class JobConfig:
     (``DIR/_deadletter`` beside a file sink). ``gap``, ``time_mode`` and ``watermark`` are
     sessionize's; ``initial_state`` (a Parquet or JSON path) is visited-pages'. ``once``: stop
     when the input available at the start is processed. ``options`` go to the source's reader.
+    ``master``: the Spark master URL (``spark://HOST:PORT``, ``local[2]``, ...) for a session the
+    job starts itself (``None``: ``local[*]``, or what spark-submit configured). ``engine``: the
+    state engine the pipeline runs on (``None``: the pipeline's default, the fastest).
+    ``max_future_skew`` (sessionize, event time): events whose time is more than this ahead of
+    the processing time go to the dead letters instead of moving the watermark.
 
     >>> JobConfig("running-count", source="files:in").sink
     'console'
@@ -74,6 +79,9 @@ class JobConfig:
     query_name: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
     spark_log: str | None = None
+    master: str | None = None
+    engine: str | None = None
+    max_future_skew: str | None = None
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINE_NAMES:
@@ -90,8 +98,19 @@ class JobConfig:
             positive_ms(self.trigger, "run: trigger")
             if to_ms(self.watermark, "run: watermark") < 0:
                 raise ValueError(f"run: watermark must be zero or positive, got {self.watermark!r}")
+            if self.max_future_skew is not None:
+                positive_ms(self.max_future_skew, "run: max-future-skew")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if self.master is not None and (not isinstance(self.master, str) or not self.master.strip()
+                                        or any(c.isspace() for c in self.master.strip())):
+            raise ConfigError(f"run: master must be a Spark master URL such as spark://HOST:7077 or local[2],"
+                              f" got {self.master!r}")
+        if self.engine is not None:
+            from ..engines import ENGINES
+
+            if self.engine not in ENGINES:
+                raise ConfigError(f"run: engine must be one of {', '.join(sorted(ENGINES))}, got {self.engine!r}")
         if self.initial_state is not None and self.pipeline != "visited-pages":
             raise ConfigError(f"run: --initial-state applies to visited-pages only, not to {self.pipeline}")
         # The specs are checked now, before Spark starts (parsing them needs no Spark).
@@ -258,9 +277,9 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def read_env(env: Mapping[str, str]) -> dict[str, Any]:
-    """The settings in ``SPARKSTATE_*`` variables of ``env`` (others, e.g. ``SPARKSTATE_MASTER``, are not job settings).
+    """The settings in ``SPARKSTATE_*`` variables of ``env`` (others, e.g. ``SPARKSTATE_SPARK_LOG_LEVEL``, are not job settings).
 
-    >>> read_env({"SPARKSTATE_SINK": "console", "SPARKSTATE_ONCE": "1", "SPARKSTATE_MASTER": "local[2]"})
+    >>> read_env({"SPARKSTATE_SINK": "console", "SPARKSTATE_ONCE": "1", "SPARKSTATE_SPARK_LOG_LEVEL": "WARN"})
     {'sink': 'console', 'once': True}
     """
     raw = {}

@@ -21,7 +21,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..errors import JobFailedError
+from ..errors import JobFailedError, explain
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -37,8 +37,7 @@ def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | No
     exc = query.exception()
     if exc is None:
         return None
-    text = str(exc).strip().splitlines()
-    return JobFailedError(f"the {what} stopped with an error: {text[0] if text else type(exc).__name__}")
+    return JobFailedError(f"the {what} stopped with an error: {explain(exc)}")
 
 
 def _no_data_batch(progress: Any) -> bool:

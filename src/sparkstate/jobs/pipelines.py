@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Callable
 
 from pyspark.sql import functions as F
 
+from ..engines import DEFAULT_ENGINE
 from ..errors import ConfigError
 from ..io.generator import EVENT_SCHEMA
+from ..io.parse import RAW, SOURCE
 from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
 from ..pipelines.visited_pages import PAGES_COLUMN
 from .config import JobConfig
@@ -32,7 +34,10 @@ class JobPipeline:
     emits: ``append`` (each row final: sessions) or ``update`` (a key's latest value, again
     each time it changes). ``build(events, config, spark)`` defines the output DataFrame.
     ``output_label`` names the output rows in progress displays; ``observe`` adds counts of
-    the output (beyond its row count) to the per-batch metrics.
+    the output (beyond its row count) to the per-batch metrics. ``rejects``: the output may
+    hold records the pipeline refused (a non-null struct column ``rejected`` with a ``reason``:
+    sessionize's late events), which the job writes to the dead letters; such a pipeline is
+    given the events with their raw text and origin (:data:`CARRY`) to copy into them.
     """
 
     name: str
@@ -41,10 +46,23 @@ class JobPipeline:
     build: Callable[["DataFrame", JobConfig, "SparkSession"], "DataFrame"]
     output_label: str = "rows emitted"
     observe: Callable[[], list["Column"]] | None = None
+    rejects: bool = False
+
+
+#: Input columns a rejecting pipeline copies into the records it refuses (raw text, origin).
+CARRY = (RAW, SOURCE)
 
 
 def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
-    return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark)  # type: ignore[arg-type]
+    # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
+    return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,  # type: ignore[arg-type]
+                      engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
+                      max_future_skew=cfg.max_future_skew if cfg.time_mode == "event" else None,
+                      checkpoint=cfg.checkpoint)
+
+
+def _engine(cfg: JobConfig) -> str:
+    return cfg.engine or DEFAULT_ENGINE
 
 
 def _timed_out() -> list["Column"]:
@@ -87,23 +105,23 @@ def read_initial_state(spark: "SparkSession", path: str) -> "DataFrame":
 
 def _visited_pages(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
     initial = read_initial_state(spark, cfg.initial_state) if cfg.initial_state else None
-    return visited_pages(events, initial_state=initial)
+    return visited_pages(events, initial_state=initial, engine=_engine(cfg))
 
 
 JOB_PIPELINES: dict[str, JobPipeline] = {
     p.name: p
     for p in (
-        JobPipeline("sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out),
+        JobPipeline("sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out, rejects=True),
         JobPipeline(
             "first-last-activity", "user string, timestamp timestamp, activity string", "update",
-            lambda events, cfg, spark: first_last_activity(events), "spans emitted",
+            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg)), "spans emitted",
         ),
         JobPipeline(
             "running-count", "word string", "update",
-            lambda events, cfg, spark: running_count(events), "counts emitted",
+            lambda events, cfg, spark: running_count(events, engine=_engine(cfg)), "counts emitted",
         ),
         JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted"),
     )
 }
 
-__all__ = ["INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "read_initial_state"]
+__all__ = ["CARRY", "INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "read_initial_state"]

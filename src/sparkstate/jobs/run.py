@@ -2,41 +2,59 @@
 
 What ``sparkstate run`` does::
 
+    check   the checkpoint: made by this pipeline (its marker file), state that fits   nothing written yet
     source  = open_source(spark, config.source, schema=<the pipeline's>, fmt=config.format)
-    output  = <pipeline>(source.events, ...)                          validated here, before anything starts
-    query   = start_sink(output, config.sink, checkpoint=CHECKPOINT)
-    dead    = start_sink(source.dead_letters, <dead-letter sink>, checkpoint=CHECKPOINT/_deadletter)
-    MetricsListener: one JSON line per batch of either query -> config.metrics, on_batch -> display
-    then: config.once -> wait until both are caught up; else run until Ctrl-C or a failure
-    finally: each query stops after its running micro-batch has committed
+    output  = <pipeline>(source.events, ...)        validated here; rows it refuses carry a reason
+    query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
+              foreachBatch: output rows -> the sink, dead letters (malformed + refused) -> the dead-letter sink
+    MetricsListener: one JSON line per batch -> config.metrics, on_batch -> display
+    then: config.once -> wait until caught up; else run until Ctrl-C or a failure
+    finally: the query stops after its running micro-batch has committed
 
-Both queries read the source (the dead letters are a query of their own, with their own
-checkpoint); an output row and a dead letter are counted through ``DataFrame.observe`` so the
-counts are exact whatever the sink.
+One query, because only the stateful operator knows the watermark of a micro-batch, so only
+it can tell a late event, and a query has one sink: :class:`~sparkstate.jobs.tee.JobTee`
+writes each batch's two parts, each sink exactly once per batch id (see
+:mod:`sparkstate.jobs.tee`). Every record read is then in exactly one place: an output row's
+input, or a dead letter with its reason. Counts come from ``DataFrame.observe`` (records in,
+rows out, dead letters, late events), so they are exact whatever the sink.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
+import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from ..errors import ConfigError
-from ..io.sinks import SinkSpec, parse_sink, start_sink
+from ..errors import ConfigError, StateSchemaError
+from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, to_struct
+from ..io.sinks import SinkSpec, _check_paths, _local, parse_sink
 from ..io.sources import open_source, parse_source
 from ..observe.listener import MetricsListener, OnBatch
-from ..observe.metrics import DEAD_LETTER_OBSERVATION, OUTPUT_OBSERVATION, redact
+from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, redact
+from ..durations import positive_ms
+from ..pipelines.sessionize import REJECTED
 from .config import JobConfig, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
-from .pipelines import JOB_PIPELINES
+from .pipelines import JOB_PIPELINES, JobPipeline
+from .tee import DEAD, OUT, JobTee, batch_writer
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql import Column, DataFrame, SparkSession
 
-#: Sub-directory of the checkpoint that holds the dead-letter query's checkpoint.
+log = logging.getLogger("sparkstate.jobs")
+
+#: The file in a job's checkpoint that says which pipeline (and time mode) made it.
+JOB_MARKER = "_sparkstate_job.json"
+#: Sub-directory of the checkpoint where jobs of earlier versions kept the dead letters' own query.
 DEADLETTER_CHECKPOINT = "_deadletter"
 
 StoppedBy = Literal["caught_up", "interrupted", "stopped"]
@@ -47,8 +65,14 @@ class JobResult:
     """What a run did. Counts cover this run (a restart on a checkpoint starts them at zero).
 
     ``stopped_by``: ``"caught_up"`` (``once``), ``"interrupted"`` (Ctrl-C) or ``"stopped"`` (the
-    queries were stopped from elsewhere). ``output_rows`` is ``None`` when not counted;
-    ``state_rows`` are the keys left in state after the last batch (open sessions).
+    query was stopped from elsewhere). ``input_rows`` are the records read; ``output_rows`` is
+    ``None`` when not counted; ``dead_letters`` are the records written to the dead-letter sink
+    (malformed, and refused by the pipeline), ``late_events`` those of them refused as older than
+    the watermark (``None``: the pipeline refuses nothing); ``keys_in_state`` are the keys left
+    in state after the last batch (open sessions), read from the checkpoint (``None`` when it
+    could not be read); ``state_rows`` are the state store's rows then (Spark's
+    ``numRowsTotal``: one per key for the ``tws`` engine, buckets and leaves of many keys for
+    ``batched``).
     """
 
     pipeline: str
@@ -66,16 +90,12 @@ class JobResult:
     metrics: str | None
     query_id: str
     seconds: float
+    late_events: int | None = None
+    keys_in_state: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The result as plain JSON-ready values."""
         return asdict(self)
-
-
-def _query_name(config: JobConfig, sink: SinkSpec) -> str | None:
-    if sink.kind == "memory" and sink.name:
-        return None  # the memory sink names the query after its table
-    return config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
 
 
 def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
@@ -91,14 +111,133 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
     )
 
 
+# --- the checkpoint: whose is it? ----------------------------------------------------------------
+
+def _marker(config: JobConfig) -> dict[str, Any]:
+    mark: dict[str, Any] = {"pipeline": config.pipeline}
+    if config.pipeline == "sessionize":
+        mark["time_mode"] = config.time_mode
+    return mark
+
+
+def _started(ck: Path) -> bool:
+    """Whether a checkpoint directory holds a query's progress (planned or committed batches)."""
+    return any(p.name.isdigit() for d in ("offsets", "commits") if (ck / d).is_dir() for p in (ck / d).iterdir())
+
+
+def check_checkpoint(config: JobConfig) -> None:
+    """Refuse a checkpoint another job made, before anything is read or written.
+
+    A job's checkpoint holds :data:`JOB_MARKER` (its pipeline and, for sessionize, the time
+    mode); another pipeline's checkpoint would hand this one state it cannot read, and source
+    offsets that may not be its own. A checkpoint with a query's progress but no marker was made
+    by something else (a query of your own, or a job of an earlier sparkstate): the pipeline's
+    state check (``checkpoint=``) still refuses state that does not fit.
+    """
+    ck = _local(config.checkpoint) if config.checkpoint else None
+    if ck is None or not ck.is_dir():
+        return
+    path = ck / JOB_MARKER
+    if not path.exists():
+        return
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
+    want = _marker(config)
+    if stored.get("pipeline") != want["pipeline"]:
+        raise StateSchemaError(
+            f"run: the checkpoint {config.checkpoint} belongs to a {stored.get('pipeline')} job, and this job runs"
+            f" {config.pipeline}: its state and source offsets are not this pipeline's. Nothing was written. Use a"
+            f" new --checkpoint for {config.pipeline} (or run {stored.get('pipeline')} on this one)."
+        )
+    if "time_mode" in want and stored.get("time_mode", want["time_mode"]) != want["time_mode"]:
+        raise StateSchemaError(
+            f"run: the checkpoint {config.checkpoint} holds {stored.get('time_mode')}-time {config.pipeline} state,"
+            f" and this job runs in {config.time_mode} time: its pending timeouts would be read on the wrong clock."
+            f" Nothing was written. Use --time-mode {stored.get('time_mode')}, or a new --checkpoint."
+        )
+
+
+def _write_marker(config: JobConfig) -> None:
+    ck = _local(config.checkpoint) if config.checkpoint else None
+    if ck is None:
+        return
+    path = ck / JOB_MARKER
+    if path.exists():
+        return
+    ck.mkdir(parents=True, exist_ok=True)
+    tmp = ck / f".{JOB_MARKER}.tmp"
+    tmp.write_text(json.dumps(_marker(config)) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+# --- the one query -------------------------------------------------------------------------------
+
+def _events(source: Any, pipeline: JobPipeline) -> "DataFrame":
+    """The good records for the pipeline; a rejecting one also gets each record's raw text and origin."""
+    if pipeline.rejects and source.checked is not None:
+        cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()]
+        return source.checked.where(F.col(REASON).isNull()).select(*cols, F.col(RAW), F.col(SOURCE))
+    return source.events
+
+
+def _refused_as_dead(output: "DataFrame", key: str, origin: str) -> "Column":
+    """A refused output row (non-null ``rejected``) as a dead letter: raw, reason, source, received_at.
+
+    ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
+    (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
+    """
+    record: StructType = output.schema[REJECTED].dataType  # type: ignore[assignment]
+    names = record.fieldNames()
+    event = [F.col(key)] + [F.col(f"{REJECTED}.`{n}`") for n in names[1:4]]
+    raw = F.to_json(F.struct(*event))
+    if RAW in names:
+        raw = F.coalesce(F.col(f"{REJECTED}.`{RAW}`"), raw)
+    where = F.col(f"{REJECTED}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
+    return F.struct(
+        raw.alias("raw"),
+        F.col(f"{REJECTED}.reason").alias("reason"),
+        F.coalesce(where, F.lit(origin)).alias("source"),
+        F.current_timestamp().alias("received_at"),
+    )
+
+
+def _tee_input(output: "DataFrame", dead_letters: "DataFrame | None", pipeline: JobPipeline,
+               origin: str) -> tuple["DataFrame", StructType, bool]:
+    """The job's one streaming DataFrame (:data:`OUT` | :data:`DEAD` per row), the output's schema,
+    and whether the pipeline may refuse records."""
+    refuses = REJECTED in output.columns and isinstance(output.schema[REJECTED].dataType, StructType)
+    out_cols = [c for c in output.columns if not (refuses and c == REJECTED)]
+    is_out = F.col(REJECTED).isNull() if refuses else F.lit(True)
+    counts = [F.count(F.when(is_out, 1)).alias("rows")] + (pipeline.observe() if pipeline.observe else [])
+    if refuses:
+        reason = F.col(f"{REJECTED}.reason")
+        counts += [F.count(F.col(REJECTED)).alias("rejected"),
+                   F.count(F.when(reason.startswith("late:"), 1)).alias("late")]
+    output = output.observe(OUTPUT_OBSERVATION, *counts)
+    out_schema = StructType([output.schema[c] for c in out_cols])
+    dead_type = to_struct(DEAD_LETTER_SCHEMA)
+    dead_col = F.when(~is_out, _refused_as_dead(output, out_cols[0], origin)) if refuses else F.lit(None).cast(dead_type)
+    combined = output.select(F.when(is_out, F.struct(*[F.col(f"`{c}`") for c in out_cols])).alias(OUT),
+                             dead_col.alias(DEAD))
+    if dead_letters is not None:
+        dead = dead_letters.observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+        combined = combined.unionByName(dead.select(F.lit(None).cast(out_schema).alias(OUT),
+                                                    F.struct(*[F.col(c) for c in dead.columns]).alias(DEAD)))
+    return combined, out_schema, refuses
+
+
 def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch | None = None) -> JobResult:
     """Run ``config``'s pipeline from its source to its sink; return when it is done.
 
     With ``config.once`` it returns once the input available at the start (and the timers it
     makes due) is processed; otherwise it runs until Ctrl-C (``KeyboardInterrupt``, which it
-    handles: the running micro-batch commits, then the queries stop) or until a query fails
-    (:class:`~sparkstate.jobs.control.JobFailedError`). Bad settings raise
-    :class:`~sparkstate.errors.ConfigError` before any query starts. ``on_batch(metrics,
+    handles: the running micro-batch commits, then the query stops) or until the query fails
+    (:class:`~sparkstate.jobs.control.JobFailedError`, whose message is one line: for a state
+    function that raised, its exception and the key). Bad settings, and a checkpoint made by
+    another pipeline or holding state that does not fit, raise a
+    :class:`~sparkstate.errors.SparkStateError` before anything is written. ``on_batch(metrics,
     totals)`` is called on Spark's listener thread after every batch. Relative local paths are
     taken from this process's directory (:func:`~sparkstate.jobs.config.with_absolute_paths`).
     Nothing is printed.
@@ -115,35 +254,50 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     started = time.monotonic()
     config = with_absolute_paths(config)
     pipeline = JOB_PIPELINES[config.pipeline]
+    sink = parse_sink(config.sink)
+    check_checkpoint(config)
     source = open_source(spark, parse_source(config.source), schema=pipeline.schema, fmt=config.format,
                          options=dict(config.options))
-    output = pipeline.build(source.events, config, spark)
-    sink = parse_sink(config.sink)
-    counts = [F.count(F.lit(1)).alias("rows")] + (pipeline.observe() if pipeline.observe else [])
-    output = output.observe(OUTPUT_OBSERVATION, *counts)
-    dead_sink = None
-    dead = None
-    if source.dead_letters is not None:
-        dead_sink = _deadletter_sink(config, sink)
-        dead = source.dead_letters.observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+    events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+    output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
+    combined, out_schema, refuses = _tee_input(output, source.dead_letters, pipeline, str(source.spec))
+    dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
+
+    mode = pipeline.output_mode
+    name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
+    own_checkpoint = None
+    checkpoint = config.checkpoint
+    if checkpoint is None:
+        if sink.kind not in ("console", "memory") or (dead_sink is not None and dead_sink.kind not in ("console", "memory")):
+            raise ConfigError(f"run: a {sink.kind if sink.kind not in ('console', 'memory') else dead_sink.kind}"  # type: ignore[union-attr]
+                              " sink needs --checkpoint DIR (it is what makes the output exactly-once across restarts)")
+        own_checkpoint = checkpoint = tempfile.mkdtemp(prefix="sparkstate-checkpoint-")
+    _check_paths(sink, checkpoint, mode)
+    if dead_sink is not None:
+        _check_paths(dead_sink, checkpoint, "append")
+    try:
+        trigger_ms = positive_ms(config.trigger, "run: trigger")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+    # Every check passed: from here on things are written.
+    writer = batch_writer(spark, sink, mode, out_schema, name)
+    dead_writer = None
+    if dead_sink is not None:
+        dead_writer = batch_writer(spark, dead_sink, "append", to_struct(DEAD_LETTER_SCHEMA),
+                                   f"{name}_deadletters", title="Dead letters, batch")
+    _write_marker(config)
 
     listener = MetricsListener(config.metrics, on_batch)
     spark.streams.addListener(listener)
-    queries: list[tuple[str, "StreamingQuery"]] = []
+    queries: list[tuple[str, Any]] = []
     stopped_by: StoppedBy = "stopped"
     try:
-        name = _query_name(config, sink)
-        query = start_sink(output, sink, checkpoint=config.checkpoint, trigger=config.trigger,
-                           output_mode=pipeline.output_mode, query_name=name)  # type: ignore[arg-type]
+        query = (combined.writeStream.outputMode(mode).foreachBatch(JobTee(writer, dead_writer))
+                 .option("checkpointLocation", checkpoint).trigger(processingTime=f"{trigger_ms} milliseconds")
+                 .queryName(name).start())
         queries.append(("query", query))
         listener.watch(query, "output")
-        if dead is not None and dead_sink is not None:
-            dead_ck = None if config.checkpoint is None else f"{config.checkpoint.rstrip('/')}/{DEADLETTER_CHECKPOINT}"
-            dead_name = None if (dead_sink.kind == "memory" and dead_sink.name) else f"{name or 'sparkstate'}_deadletters"
-            dead_query = start_sink(dead, dead_sink, checkpoint=dead_ck, trigger=config.trigger,
-                                    output_mode="append", query_name=dead_name)
-            queries.append(("dead-letter query", dead_query))
-            listener.watch(dead_query, "dead_letters")
         try:
             if config.once:
                 wait_until_caught_up(queries)
@@ -154,7 +308,7 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
             stopped_by = "interrupted"
     finally:
         try:
-            for _, q in reversed(queries):
+            for _, q in queries:
                 stop_after_current_batch(q)
             for _, q in queries:  # let the listener record the last batches before reading totals
                 last = q.lastProgress
@@ -162,6 +316,10 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
         finally:
             spark.streams.removeListener(listener)
             listener.close()
+            # (not while an error propagates: the run failed, nothing will be reported)
+            keys_left = _keys_in_state(spark, checkpoint) if sys.exc_info()[0] is None else None
+            if own_checkpoint is not None:
+                shutil.rmtree(own_checkpoint, ignore_errors=True)
 
     t = listener.totals
     return JobResult(
@@ -180,7 +338,23 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
         metrics=config.metrics,
         query_id=str(queries[0][1].id),
         seconds=round(time.monotonic() - started, 1),
+        late_events=(t.late or 0) if refuses else None,
+        keys_in_state=keys_left,
     )
 
 
-__all__ = ["DEADLETTER_CHECKPOINT", "JobResult", "run_pipeline"]
+def _keys_in_state(spark: "SparkSession", checkpoint: str) -> int | None:
+    """Keys left in the checkpoint's state (``None`` when there is none, or it cannot be read)."""
+    from ..state.read import has_state, keys
+
+    ck = _local(checkpoint)
+    if ck is None or not has_state(ck):
+        return None
+    try:
+        return keys(spark, ck)
+    except Exception as exc:  # a report, not a reason to fail a run whose output is written
+        log.warning("run: could not count the keys left in state in %s: %s", checkpoint, exc)
+        return None
+
+
+__all__ = ["DEADLETTER_CHECKPOINT", "JOB_MARKER", "JobResult", "check_checkpoint", "run_pipeline"]

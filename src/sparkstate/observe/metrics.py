@@ -6,17 +6,27 @@ tested without Spark. The numbers come from these places of the report:
 ===========================  ================================================================
 field                        from
 ===========================  ================================================================
-``rows_in``                  ``numInputRows``
-``input_rows_per_s``         ``inputRowsPerSecond`` (``None`` when Spark omits it)
-``processed_rows_per_s``     ``processedRowsPerSecond``
+``rows_in``                  the records read: the ``rows`` of :data:`INPUT_OBSERVATION` (good
+                             records) plus the parse dead letters, when the job observes them
+                             (its one query scans the source twice, which doubles
+                             ``numInputRows``); else ``numInputRows``
+``input_rows_per_s``         ``inputRowsPerSecond`` (``None`` when Spark omits it), scaled to ``rows_in``
+``processed_rows_per_s``     ``processedRowsPerSecond``, scaled alike
 ``batch_duration_ms``        ``batchDuration``
-``state_rows``               ``numRowsTotal`` of the state operators (keys in state)
+``state_rows``               ``numRowsTotal`` of the state operators: rows of the state store (a row per key for the
+                             ``tws`` engine; buckets and leaves of many keys for ``batched``)
 ``state_memory_bytes``       ``memoryUsedBytes`` of the state operators
 ``timers_expired``           the operators' custom metric ``numExpiredTimers`` (``None`` if absent)
 ``rows_out``                 the ``rows`` of the observation :data:`OUTPUT_OBSERVATION`, else the
                              sink's ``numOutputRows`` when Spark knows it (file sinks do not)
 ``timed_out``                sessionize: sessions of the batch closed by ``"timeout"``
 ``dead_letters``             the ``rows`` of the observation :data:`DEAD_LETTER_OBSERVATION`
+                             (malformed records) plus the ``rejected`` of :data:`OUTPUT_OBSERVATION`
+                             (records the pipeline refused, e.g. late events)
+``late``                     the ``late`` of :data:`OUTPUT_OBSERVATION`: events refused as
+                             older than the watermark (sessionize; ``None`` for other pipelines)
+``rows_dropped_by_watermark`` the operators' ``numRowsDroppedByWatermark``: rows Spark dropped
+                             as late without the pipeline seeing them (0 for sessionize jobs)
 ===========================  ================================================================
 
 Measured on PySpark 4.3: ``numExpiredTimers`` stays 0 for Python stateful processors even when
@@ -46,6 +56,8 @@ from typing import Any, Literal, Mapping
 OUTPUT_OBSERVATION = "sparkstate_output"
 #: Name of the observation counting the dead letters a job writes.
 DEAD_LETTER_OBSERVATION = "sparkstate_dead_letters"
+#: Name of the observation counting the good records a job's pipeline receives.
+INPUT_OBSERVATION = "sparkstate_input"
 
 Role = Literal["output", "dead_letters"]
 
@@ -88,6 +100,8 @@ class BatchMetrics:
     dead_letters: int
     dead_letters_total: int
     watermark: str | None
+    late: int | None = None
+    rows_dropped_by_watermark: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-ready values.
@@ -135,8 +149,16 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
     if rows_out is None:
         sink_rows = (progress.get("sink") or {}).get("numOutputRows")
         rows_out = sink_rows if isinstance(sink_rows, int) and sink_rows >= 0 else None
-    dead = _observed(progress, DEAD_LETTER_OBSERVATION, "rows") if role == "dead_letters" else None
-    dead = dead or 0
+    malformed = _observed(progress, DEAD_LETTER_OBSERVATION, "rows") or 0
+    dead = malformed + (_observed(progress, OUTPUT_OBSERVATION, "rejected") or 0)
+    rows_in = int(progress.get("numInputRows") or 0)
+    in_rate, done_rate = _number(progress.get("inputRowsPerSecond")), _number(progress.get("processedRowsPerSecond"))
+    good = _observed(progress, INPUT_OBSERVATION, "rows")
+    if good is not None:
+        scale = (good + malformed) / rows_in if rows_in else 0.0
+        rows_in = good + malformed
+        in_rate = None if in_rate is None else round(in_rate * scale, 3)
+        done_rate = None if done_rate is None else round(done_rate * scale, 3)
     name = progress.get("name")
     duration = progress.get("batchDuration")
     if not isinstance(duration, int):
@@ -147,9 +169,9 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
         query_name=redact(name) if isinstance(name, str) else None,
         run_id=progress.get("runId"),
         batch_id=int(progress.get("batchId", -1)),
-        rows_in=int(progress.get("numInputRows") or 0),
-        input_rows_per_s=_number(progress.get("inputRowsPerSecond")),
-        processed_rows_per_s=_number(progress.get("processedRowsPerSecond")),
+        rows_in=rows_in,
+        input_rows_per_s=in_rate,
+        processed_rows_per_s=done_rate,
         batch_duration_ms=duration if isinstance(duration, int) else None,
         state_rows=_sum(ops, "numRowsTotal"),
         state_rows_updated=_sum(ops, "numRowsUpdated"),
@@ -161,6 +183,8 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
         dead_letters=dead,
         dead_letters_total=dead_letters_total + dead,
         watermark=(progress.get("eventTime") or {}).get("watermark"),
+        late=_observed(progress, OUTPUT_OBSERVATION, "late"),
+        rows_dropped_by_watermark=_sum(ops, "numRowsDroppedByWatermark"),
     )
 
 
@@ -186,6 +210,7 @@ class RunTotals:
     last_batch_id: int | None = None
     last_batch_ms: int | None = None
     watermark: str | None = None
+    late: int | None = None
 
     def add(self, m: BatchMetrics) -> "RunTotals":
         """The totals after batch ``m`` (of either query of the job)."""
@@ -201,6 +226,8 @@ class RunTotals:
             rows_in=self.rows_in + m.rows_in,
             rows_out=plus(self.rows_out, m.rows_out),
             timed_out=plus(self.timed_out, m.timed_out),
+            dead_letters=m.dead_letters_total,
+            late=plus(self.late, m.late),
             state_rows=m.state_rows,
             state_memory_bytes=m.state_memory_bytes,
             input_rows_per_s=m.input_rows_per_s,
@@ -214,6 +241,7 @@ class RunTotals:
 __all__ = [
     "BatchMetrics",
     "DEAD_LETTER_OBSERVATION",
+    "INPUT_OBSERVATION",
     "OUTPUT_OBSERVATION",
     "Role",
     "RunTotals",

@@ -11,7 +11,7 @@ seconds, and a last one when it closes. It writes to the console it is given and
 >>> from sparkstate.observe.metrics import RunTotals
 >>> display = ProgressDisplay(output_label="sessions emitted")
 >>> print(display.line(RunTotals(batches=3, rows_in=120, rows_out=7, state_rows=4, state_memory_bytes=2048)))
-3 batches | 120 rows in | in -/s, processed -/s | 4 keys in state (2.0 KiB) | 7 sessions emitted | 0 dead letters
+3 batches | 120 rows in | in -/s, processed -/s | 4 state rows (2.0 KiB) | 7 sessions emitted | 0 dead letters
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class ProgressDisplay:
             f"{t.batches:,} batches",
             f"{t.rows_in:,} rows in",
             f"in {_rate(t.input_rows_per_s)}/s, processed {_rate(t.processed_rows_per_s)}/s",
-            f"{_count(t.state_rows)} keys in state ({human_bytes(t.state_memory_bytes)})",
+            f"{_count(t.state_rows)} state rows ({human_bytes(t.state_memory_bytes)})",
             f"{_count(t.rows_out)} {self.output_label}",
             f"{t.dead_letters:,} dead letters",
         ]
@@ -122,7 +122,7 @@ class ProgressDisplay:
         table.add_row("input rate", f"{_rate(t.input_rows_per_s)} rows/s")
         table.add_row("processing rate", f"{_rate(t.processed_rows_per_s)} rows/s")
         table.add_row("last batch", "-" if t.last_batch_ms is None else f"{t.last_batch_ms:,} ms")
-        table.add_row("keys in state", _count(t.state_rows))
+        table.add_row("state rows", _count(t.state_rows))
         table.add_row("state memory", human_bytes(t.state_memory_bytes))
         table.add_row(self.output_label, _count(t.rows_out))
         if t.timed_out is not None:

@@ -75,7 +75,7 @@ def write_report(metrics: str | os.PathLike, out_dir: str | os.PathLike) -> Repo
           ("input", _num([r.get("input_rows_per_s") for r in records]))]),
         ("batch_duration.png", "Batch duration", "milliseconds",
          [("duration", _num([r.get("batch_duration_ms") for r in records]))]),
-        ("state_size.png", "State size", "keys in state",
+        ("state_size.png", "State size", "state store rows",
          [("keys", _num([r.get("state_rows") for r in records]))]),
     ]
     images = []
@@ -115,7 +115,7 @@ def write_report(metrics: str | os.PathLike, out_dir: str | os.PathLike) -> Repo
     if rates:
         lines.append(f"processed rows/s (batches with data): median {statistics.median(rates):.0f}, max {max(rates):.0f}")
     if states:
-        lines.append(f"keys in state: first {states[0]}, last {states[-1]}, max {max(states)}")
+        lines.append(f"state store rows: first {states[0]}, last {states[-1]}, max {max(states)}")
     summary = "\n".join(lines) + "\n"
     summary_path = out / "summary.txt"
     summary_path.write_text(summary)

@@ -6,8 +6,10 @@ its state, and a finished session is emitted exactly once, as one output row.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from datetime import datetime, timezone
+from typing import Any, Iterable, Literal, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -24,11 +26,47 @@ from pyspark.sql.types import (
 from ..durations import Duration, instant_ms, positive_ms, to_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
+from ..engines import DEFAULT_ENGINE, Engine
 from ..operators import flat_map_groups_with_state, has_watermark
 from ._columns import check_column, require_dataframe
 
 TimeMode = Literal["event", "processing"]
 TIME_MODES = ("event", "processing")
+Late = Literal["drop", "emit"]
+LATE_MODES = ("drop", "emit")
+
+#: The output column (``late="emit"``) holding a record sessionize refused, with its reason; null
+#: on session rows. Its fields: ``reason``, then the input's timestamp, data and last-flag
+#: columns (by their names), then the ``carry`` columns.
+REJECTED = "rejected"
+# Internal columns of the operator's input.
+_REJECT = "_sparkstate_reject"
+_WATERMARK_TIME = "_sparkstate_watermark_time"
+_WATERMARK = "_sparkstate_watermark"
+#: The column metadata key by which Spark finds the event-time watermark of a plan.
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def iso_ms(t: datetime | int) -> str:
+    """An instant (UTC ``datetime`` or epoch ms) as ``2024-01-01T00:05:00.000Z``, as Spark shows watermarks.
+
+    >>> iso_ms(1704067500000)
+    '2024-01-01T00:05:00.000Z'
+    """
+    d = utc(t) if isinstance(t, int) else _as_utc(t)
+    frac = f"{d.microsecond // 1000:03d}" if d.microsecond % 1000 == 0 else f"{d.microsecond:06d}"
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + frac + "Z"
+
+
+def _as_utc(t: datetime) -> datetime:
+    # Rows reach the function with UTC-aware datetimes; a naive one is taken as UTC.
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def _epoch_us(t: datetime) -> int:
+    delta = _as_utc(t) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 @dataclass
@@ -49,21 +87,41 @@ class OpenSession:
 class _Sessionizer:
     """The group function (picklable: holds plain settings only).
 
-    Values are rows ``(key, timestamp, data, last_flag)``, as :func:`sessionize` selects them.
+    Values are rows ``(key, timestamp, data, last_flag)``, as :func:`sessionize` selects them;
+    with ``emit`` (``late="emit"``) then the reject reason (``None`` unless ``max_future_skew``
+    refused the row), the ``n_carry`` carried columns, and the (null) watermark column.
     """
 
-    def __init__(self, gap_ms: int, time_mode: TimeMode, streaming: bool, has_timestamp: bool) -> None:
+    def __init__(self, gap_ms: int, time_mode: TimeMode, streaming: bool, has_timestamp: bool,
+                 emit: bool = False, n_carry: int = 0) -> None:
         self.gap_ms = gap_ms
         self.time_mode = time_mode
         self.streaming = streaming
         self.has_timestamp = has_timestamp
+        self.emit = emit
+        self.n_carry = n_carry
         self.__name__ = "sessionize"
 
-    @staticmethod
-    def _row(key: Any, s: OpenSession, closed_by: str) -> tuple:
+    def _row(self, key: Any, s: OpenSession, closed_by: str) -> tuple:
         start = None if s.start_ms is None else utc(s.start_ms)
         end = None if s.end_ms is None else utc(s.end_ms)
-        return (key, start, end, len(s.events), s.events, closed_by)
+        row = (key, start, end, len(s.events), s.events, closed_by)
+        return row + (None,) if self.emit else row
+
+    def _rejected(self, key: Any, r: Any, reason: str) -> tuple:
+        record = (reason, r[1], r[2], bool(r[3])) + tuple(r[5: 5 + self.n_carry])
+        return (key, None, None, None, None, None, record)
+
+    def _refused(self, r: Any, watermark_ms: int) -> str | None:
+        """Why a row cannot join a session (``late="emit"``), or ``None``."""
+        if r[4] is not None:  # max_future_skew, decided in SQL before the watermark saw the row
+            return r[4]
+        t = r[1]
+        if t is None:
+            return "event_time is null"
+        if self.streaming and _epoch_us(t) < watermark_ms * 1000:
+            return f"late: event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
+        return None
 
     def __call__(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
         if state.hasTimedOut:
@@ -75,10 +133,23 @@ class _Sessionizer:
         return self._processing_time(key, rows, state)
 
     def _event_time(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
+        out = []
+        watermark_ms = -1
+        if self.emit:
+            # Route what cannot join a session (late, too far ahead, no time) to the output,
+            # before anything touches the state.
+            watermark_ms = state.getCurrentWatermarkMs() if self.streaming else -1
+            kept = []
+            for r in rows:
+                reason = self._refused(r, watermark_ms)
+                if reason is None:
+                    kept.append(r)
+                else:
+                    out.append(self._rejected(key, r, reason))
+            rows = kept
         # Order this batch's events by event time; at equal times an is_last event goes last.
         events = sorted(((instant_ms(r[1]), r[2], bool(r[3])) for r in rows), key=lambda e: (e[0], e[2]))
         current: OpenSession | None = state.getOption
-        out = []
         for t_ms, data, last in events:
             if current is not None and current.end_ms is not None and t_ms - current.end_ms > self.gap_ms:
                 out.append(self._row(key, current, "timeout"))
@@ -91,6 +162,10 @@ class _Sessionizer:
                 current = None
         if current is not None and not self.streaming:
             # A static input is complete: the watermark is past every session.
+            out.append(self._row(key, current, "timeout"))
+            current = None
+        if current is not None and self.emit and current.end_ms + self.gap_ms < watermark_ms:
+            # Only refused rows came for a session that is due: it ends now, as its timer would.
             out.append(self._row(key, current, "timeout"))
             current = None
         if current is None:
@@ -144,6 +219,11 @@ def sessionize(
     time_mode: TimeMode = "event",
     watermark: Duration = "10 seconds",
     data: str = "data",
+    engine: str | Engine = DEFAULT_ENGINE,
+    late: Late = "drop",
+    max_future_skew: Duration | None = None,
+    carry: Sequence[str] = (),
+    checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """One row per finished session of each ``key``: ``key, session_start, session_end,
     event_count, events, closed_by``.
@@ -168,6 +248,28 @@ def sessionize(
     (the session's times are then the processing times of its first and last batch).
 
     ``last_flag=None``: sessions end by timeout only.
+
+    ``engine``: the engine that runs it (the fastest, ``"batched"``, by default).
+
+    ``late="emit"``: nothing is dropped. Rows that cannot join a session come out as rows
+    whose column ``rejected`` (null on sessions) holds ``reason`` and the row's timestamp, data
+    and last-flag fields (plus the ``carry`` columns, e.g. the raw record); their session
+    columns are null. Reasons: ``"late: event_time X is older than the watermark Y"`` (the
+    watermark of the micro-batch that reads the row, which is never behind the one Spark drops
+    late rows by), ``"future: ..."`` (see ``max_future_skew``), ``"event_time is null"``. Spark
+    itself then drops nothing: no column the stateful operator sees carries the watermark, which
+    still advances as usual (``numRowsDroppedByWatermark`` stays 0). A session is never reopened
+    or extended by a refused row. ``sparkstate run`` uses this and writes the refused rows to
+    the dead letters.
+
+    ``max_future_skew`` (event time, ``late="emit"``): a row whose timestamp is more than this
+    ahead of the micro-batch's processing time is refused (``"future: event_time X is more than
+    D ahead of the processing time Y"``) *before* the watermark sees it. Without it, one producer
+    whose clock runs ahead moves the watermark to its future time: every other key's open
+    session times out at once and all their later events are late.
+
+    ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
+    this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
 
     >>> import sparkstate as ss
     >>> from datetime import datetime
@@ -204,35 +306,99 @@ def sessionize(
             raise ConfigError("sessionize: time_mode='event' needs a timestamp column; pass timestamp=<column name>")
     else:
         _check_column(events, timestamp, "timestamp", (TimestampType,), "timestamp")
+    if late not in LATE_MODES:
+        raise ConfigError(f"sessionize: late must be 'drop' (Spark drops late rows) or 'emit' (they come out with"
+                          f" a reason in the column {REJECTED!r}), got {late!r}")
+    emit = late == "emit"
+    carry = [carry] if isinstance(carry, str) else list(carry)
+    if carry and not emit:
+        raise ConfigError("sessionize: carry= copies columns into refused rows, which only late='emit' outputs")
+    taken = {key, timestamp, data, last_flag}
+    for c in carry:
+        _check_column(events, c, "carry")
+        if c in taken or c == "reason":
+            raise ConfigError(f"sessionize: carry column {c!r} is already a column sessionize uses; name others")
+    skew_ms = None
+    if max_future_skew is not None:
+        try:
+            skew_ms = positive_ms(max_future_skew, "sessionize: max_future_skew")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if mode != "event" or not emit:
+            raise ConfigError("sessionize: max_future_skew applies to time_mode='event' with late='emit' (the rows it"
+                              " refuses come out with their reason)")
+        if events.isStreaming and has_watermark(events):
+            raise ConfigError("sessionize: max_future_skew must keep far-future rows out of the watermark, but the input"
+                              " already has one; let sessionize define it (pass watermark=..., no withWatermark)")
 
     df = events
+    ts = F.col(timestamp) if timestamp is not None else None
+    reject = F.lit(None).cast("string")
+    if skew_ms is not None:
+        fmt = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
+        now = F.current_timestamp()  # in a stream: the micro-batch's time, the same again on a replay
+        reject = F.when(ts > now + F.expr(f"INTERVAL {skew_ms} MILLISECONDS"), F.concat(
+            F.lit("future: event_time "), F.date_format(ts, fmt),
+            F.lit(f" is more than {max_future_skew} ahead of the processing time "), F.date_format(now, fmt)))
+        df = df.withColumn(_REJECT, reject)
+        reject = F.col(_REJECT)
+    delay_ms = watermark_ms
     if mode == "event":
         if df.isStreaming and not has_watermark(df):
-            df = df.withWatermark(timestamp, f"{watermark_ms} milliseconds")
-        df = df.where(F.col(timestamp).isNotNull())
-    df = df.select(
+            if skew_ms is not None:  # the watermark follows only the rows that may join sessions
+                df = df.withColumn(_WATERMARK_TIME, F.when(reject.isNull(), ts))
+                df = df.withWatermark(_WATERMARK_TIME, f"{watermark_ms} milliseconds")
+            else:
+                df = df.withWatermark(timestamp, f"{watermark_ms} milliseconds")
+        else:
+            delay_ms = next((int(f.metadata[WATERMARK_DELAY_KEY]) for f in df.schema.fields
+                             if WATERMARK_DELAY_KEY in (f.metadata or {})), watermark_ms)
+        if not emit:
+            df = df.where(ts.isNotNull())
+    cols = [
         F.col(key),
-        F.col(timestamp) if timestamp is not None else F.lit(None).cast("timestamp").alias("_sparkstate_ts"),
+        ts if ts is not None else F.lit(None).cast("timestamp").alias("_sparkstate_ts"),
         F.col(data).cast("string"),
         F.coalesce(F.col(last_flag), F.lit(False)) if last_flag is not None else F.lit(False),
-    )
-    output = StructType([
+    ]
+    if emit:
+        # Spark drops input rows at or behind the watermark inside the stateful operator when a
+        # column of the operator's input carries the watermark (its metadata). So no column
+        # carries it, except one that is always null (never "older" than anything): the operator
+        # still runs in event time on the watermark the plan computes, and the function sees every row.
+        names = [key, timestamp or "_sparkstate_ts", data, last_flag or "_sparkstate_last"]
+        cols = [c.alias(n, metadata={}) for c, n in zip(cols, names)]
+        cols.append(reject.alias(_REJECT, metadata={}))
+        cols += [F.col(c).alias(c, metadata={}) for c in carry]
+        if mode == "event" and df.isStreaming:
+            cols.append(F.lit(None).cast("timestamp").alias(_WATERMARK, metadata={WATERMARK_DELAY_KEY: delay_ms}))
+    df = df.select(*cols)
+    fields = [
         StructField(key, events.schema[key].dataType, True),
         StructField("session_start", TimestampType(), True),
         StructField("session_end", TimestampType(), True),
         StructField("event_count", LongType(), True),
         StructField("events", ArrayType(StringType(), True), True),
         StructField("closed_by", StringType(), True),
-    ])
+    ]
+    if emit:
+        record = [StructField("reason", StringType(), True),
+                  StructField(timestamp or "event_time", TimestampType(), True),
+                  StructField(data, StringType(), True),
+                  StructField(last_flag or "is_last", BooleanType(), True)]
+        record += [StructField(c, events.schema[c].dataType, True) for c in carry]
+        fields.append(StructField(REJECTED, StructType(record), True))
     return flat_map_groups_with_state(
         df,
         key=key,
-        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None),
+        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry)),
         state_type=OpenSession,
-        output_type=output,
+        output_type=StructType(fields),
         timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
         output_mode="append",
+        engine=engine,
+        checkpoint=checkpoint,
     )
 
 
-__all__ = ["OpenSession", "TimeMode", "sessionize"]
+__all__ = ["LATE_MODES", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]

@@ -188,6 +188,17 @@ def read(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
     return rec.where(F.col(EXISTS_COLUMN)).select(*cols)
 
 
+def keys(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | None = None) -> int:
+    """The number of keys with state as of the latest (or ``batch_id``) committed batch, for every engine.
+
+    Spark's ``numRowsTotal`` counts rows of the state store: one per key for the ``tws``
+    engine, but buckets and leaves of many keys for the ``batched`` engine; this counts keys.
+    """
+    from pyspark.sql import functions as F
+
+    return _records(spark, checkpoint, batch_id).where(F.col(EXISTS_COLUMN)).count()
+
+
 def export(spark: "SparkSession", checkpoint: str | os.PathLike, path: str | os.PathLike,
            batch_id: int | None = None) -> int:
     """Write the state as Parquet at ``path`` (replaced if present); return the number of keys.
