@@ -67,18 +67,49 @@ def process_tree(root: int) -> dict[int, str]:
     return tree
 
 
-class TreeSampler:
+class SamplingLoop:
+    """A daemon thread calling ``sample`` at once, then every ``interval()`` seconds until
+    stopped, and once more then (a context manager)."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def interval(self) -> float:
+        raise NotImplementedError
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval()):
+            self.sample()
+
+    def __enter__(self) -> "SamplingLoop":
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+class TreeSampler(SamplingLoop):
     """Peak memory (MB) of the Python driver, the JVM and the Python workers under ``root``."""
 
     GROUPS = ("python_driver", "jvm", "python_workers")
 
     def __init__(self, root: int | None = None, interval: float = 0.25) -> None:
+        super().__init__("bench-memory-sampler")
         self.root = root or os.getpid()
-        self.interval = interval
+        self.every = interval
         self.peak_kb = {g: 0 for g in self.GROUPS} | {"total": 0}
         self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-memory-sampler", daemon=True)
+
+    def interval(self) -> float:
+        return self.every
 
     def _group(self, pid: int, comm: str) -> str | None:
         if pid == self.root:
@@ -91,34 +122,25 @@ class TreeSampler:
         # (jspawnhelper): the latter briefly share the JVM's pages and would count it twice.
         return None
 
-    def sample(self) -> None:
+    def current_kb(self) -> dict[str, int]:
+        """The memory (kB) of each group now."""
         now = {g: 0 for g in self.GROUPS}
         for pid, comm in process_tree(self.root).items():
             group = self._group(pid, comm)
             if group is not None:
                 now[group] += _memory_kb(pid)
+        return now
+
+    def sample(self) -> None:
+        now = self.current_kb()
         for g, kb in now.items():
             self.peak_kb[g] = max(self.peak_kb[g], kb)
         self.peak_kb["total"] = max(self.peak_kb["total"], sum(now.values()))
         self.samples += 1
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> "TreeSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
     def result(self) -> dict:
         out = {f"{g}_mb": round(kb / 1024, 1) for g, kb in self.peak_kb.items()}
-        return out | {"samples": self.samples, "interval_s": self.interval, "measure": "peak PSS (RSS fallback)"}
+        return out | {"samples": self.samples, "interval_s": self.every, "measure": "peak PSS (RSS fallback)"}
 
 
 def _percentile(values: list[float], q: float) -> float | None:

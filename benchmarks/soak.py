@@ -85,7 +85,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .measure import TreeSampler, _memory_kb, load_average, process_tree
+from .measure import SamplingLoop, TreeSampler, load_average
 
 #: The job's query.
 QUERY_NAME = "sparkstate_soak"
@@ -452,44 +452,10 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _tree_mb() -> dict[str, float]:
-    grouper = TreeSampler()
-    now: dict[str, int] = {g: 0 for g in TreeSampler.GROUPS}
-    for pid, comm in process_tree(os.getpid()).items():
-        group = grouper._group(pid, comm)
-        if group is not None:
-            now[group] += _memory_kb(pid)
-    return {f"{g}_mb": round(kb / 1024, 1) for g, kb in now.items()}
+    return {f"{g}_mb": round(kb / 1024, 1) for g, kb in TreeSampler().current_kb().items()}
 
 
-class _Loop:
-    """A daemon thread calling ``sample`` every ``interval()`` seconds until stopped (and once more then)."""
-
-    def __init__(self, name: str) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def interval(self) -> float:
-        raise NotImplementedError
-
-    def sample(self) -> None:
-        raise NotImplementedError
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval()):
-            self.sample()
-
-    def __enter__(self) -> "_Loop":
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-
-class Sampler(_Loop):
+class Sampler(SamplingLoop):
     """Every ``every`` seconds: load average, the checkpoint's state bytes on disk, process memory."""
 
     def __init__(self, checkpoint: Path, path: Path, every: float) -> None:
@@ -509,7 +475,7 @@ class Sampler(_Loop):
             f.write(json.dumps(s) + "\n")
 
 
-class StateSampler(_Loop):
+class StateSampler(SamplingLoop):
     """At random intervals averaging ``every`` seconds: the keys in state at the last committed batch."""
 
     def __init__(self, spark: Any, checkpoint: Path, path: Path, every: float, seed: int) -> None:

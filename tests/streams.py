@@ -187,3 +187,15 @@ def failure(run: StreamRun, timeout: float = 60.0) -> str:
     except Exception as exc:  # StreamingQueryException
         return str(exc)
     raise AssertionError("the query did not fail")
+
+
+def committed_files(directory: Path) -> dict[int, list[str]]:
+    """The files each micro-batch committed to a Spark file sink at ``directory`` (its _spark_metadata log)."""
+    from urllib.parse import urlparse
+
+    batches = {}
+    for entry in (Path(directory) / "_spark_metadata").iterdir():
+        if entry.name.isdigit():
+            lines = entry.read_text().splitlines()[1:]  # the first line is the log's version
+            batches[int(entry.name)] = [urlparse(json.loads(line)["path"]).path for line in lines]
+    return batches

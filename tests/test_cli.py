@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkstate.cli import main
+from tests.streams import committed_files
 
 SCRIPT = Path(sys.executable).with_name("sparkstate")
 
@@ -88,18 +89,6 @@ def test_bad_numbers_are_refused_by_the_parser(capsys):
 GAP = "1 minute"
 
 
-def _committed_files(out: Path) -> dict[int, list[str]]:
-    """The files each micro-batch committed to a Spark file sink (its _spark_metadata log)."""
-    from urllib.parse import urlparse
-
-    batches = {}
-    for entry in (out / "_spark_metadata").iterdir():
-        if entry.name.isdigit():
-            lines = entry.read_text().splitlines()[1:]  # the first line is the log's version
-            batches[int(entry.name)] = [urlparse(json.loads(line)["path"]).path for line in lines]
-    return batches
-
-
 def _utc(iso: str):
     from datetime import datetime, timezone
 
@@ -144,7 +133,7 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
     # The sessions written equal the reference finished by the final watermark, exactly.
     per_batch = {
         b: [Session.from_row(r) for r in spark.read.parquet(*paths).collect()] if paths else []
-        for b, paths in sorted(_committed_files(out).items())
+        for b, paths in sorted(committed_files(out).items())
     }
     written = sorted((s for ss in per_batch.values() for s in ss), key=lambda s: (s.user_id, s.session_start))
     final_watermark = _utc(output[-1]["watermark"])

@@ -112,9 +112,9 @@ def prepare_out_dir(out: str | Path) -> Path:
 
 def _open_sessions(spark: Any, checkpoint: Path) -> int:
     """Sessions left open: keys in the checkpoint's state (the store's row count is not keys for every engine)."""
-    from .state.read import has_state, keys
+    from .state.read import keys
 
-    return keys(spark, checkpoint) if has_state(checkpoint) else 0
+    return keys(spark, checkpoint)
 
 
 def _batch_info(progress: Any) -> BatchInfo:

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
-from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 import pyspark
@@ -42,6 +41,7 @@ import pytest
 import sparkstate
 from sparkstate.io.generator import Session, StreamConfig, reference_sessions, stream_records
 from sparkstate.jobs.generate import generate_files
+from tests.streams import committed_files
 
 pytestmark = pytest.mark.reliability
 
@@ -274,16 +274,6 @@ def _driver_env(cluster: Cluster, **extra: str) -> dict[str, str]:
 
 # --- reading what a file sink committed -------------------------------------------------------
 
-def _committed(directory: Path) -> dict[int, list[str]]:
-    """The files each micro-batch committed to a Spark file sink (its _spark_metadata log)."""
-    batches = {}
-    for entry in (directory / "_spark_metadata").iterdir():
-        if entry.name.isdigit():
-            lines = entry.read_text().splitlines()[1:]  # the first line is the log's version
-            batches[int(entry.name)] = [urlparse(json.loads(line)["path"]).path for line in lines]
-    return batches
-
-
 def _rows(paths: list[str]) -> list[dict]:
     return [row for p in paths for row in pq.read_table(p).to_pylist()]
 
@@ -389,7 +379,7 @@ def test_executor_killed_mid_stream_sessions_stay_exact(cluster, tmp_path):
     assert sum(m["dead_letters"] or 0 for m in lines) == len(malformed)
 
     # The sessions committed are the reference sessions, each exactly once.
-    committed = _committed(out)
+    committed = committed_files(out)
     assert sorted(committed) == list(range(len(committed)))
     written = [_session(r) for b in sorted(committed) for r in _rows(committed[b])]
     valid = [r.event for r in records if r.is_valid]
@@ -404,7 +394,7 @@ def test_executor_killed_mid_stream_sessions_stay_exact(cluster, tmp_path):
     still_open = set(reference_sessions(valid, GAP)) - set(expected)  # the watermark has not passed them
 
     # The dead letters are exactly the malformed records, each once.
-    dead_rows = [r for paths in _committed(out / "_deadletter").values() for r in _rows(paths)]
+    dead_rows = [r for paths in committed_files(out / "_deadletter").values() for r in _rows(paths)]
     assert Counter(r["raw"] for r in dead_rows) == Counter(r.line for r in malformed)
 
     on_disk = {str(p) for p in out.glob("*.parquet")}

@@ -344,11 +344,11 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
 
 
 def _keys_in_state(spark: "SparkSession", checkpoint: str) -> int | None:
-    """Keys left in the checkpoint's state (``None`` when there is none, or it cannot be read)."""
-    from ..state.read import has_state, keys
+    """Keys left in the checkpoint's state (``None`` when it is not on a local path or cannot be read)."""
+    from ..state.read import keys
 
     ck = _local(checkpoint)
-    if ck is None or not has_state(ck):
+    if ck is None:
         return None
     try:
         return keys(spark, ck)

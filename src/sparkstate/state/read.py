@@ -193,9 +193,12 @@ def keys(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
 
     Spark's ``numRowsTotal`` counts rows of the state store: one per key for the ``tws``
     engine, but buckets and leaves of many keys for the ``batched`` engine; this counts keys.
+    A checkpoint without committed state has none.
     """
     from pyspark.sql import functions as F
 
+    if not has_state(checkpoint):
+        return 0
     return _records(spark, checkpoint, batch_id).where(F.col(EXISTS_COLUMN)).count()
 
 
