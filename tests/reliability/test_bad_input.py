@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
