@@ -2,10 +2,13 @@
 
 Memory: :class:`TreeSampler` samples, every ``interval`` seconds while a query runs, the
 process tree under the benchmark's Python driver: the driver itself, the JVM it launched, and
-the Python workers the JVM forks. It reads PSS (``/proc/<pid>/smaps_rollup``, shared pages
-split between the processes sharing them, so forked workers are not counted twice) and falls
-back to RSS (``/proc/<pid>/status``) where PSS is unreadable. Peaks are per group and of the
-total at one sample instant.
+the Python workers the JVM forks. For the Python processes it reads PSS
+(``/proc/<pid>/smaps_rollup``, shared pages split between the processes sharing them, so forked
+workers are not counted twice), falling back to RSS where PSS is unreadable. For the JVM it
+reads RSS (``/proc/<pid>/status``): the JVM shares next to nothing with the other processes,
+and walking its large address space for PSS takes the kernel's memory-map lock, which slowed
+the very query being measured (several seconds per run on 2 cores). Peaks are per group and of
+the total at one sample instant.
 
 >>> summarize_batches([{"batchId": b, "numInputRows": 10, "durationMs": {"triggerExecution": ms}}
 ...                    for b, ms in enumerate([900, 100, 200, 300])])["p50_ms"]
@@ -34,8 +37,9 @@ def _stat(pid: str) -> tuple[str, int] | None:
     return comm, ppid
 
 
-def _memory_kb(pid: int) -> int:
-    for name, field in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+def _memory_kb(pid: int, pss: bool = True) -> int:
+    sources = (("smaps_rollup", "Pss:"), ("status", "VmRSS:")) if pss else (("status", "VmRSS:"),)
+    for name, field in sources:
         try:
             for line in (_PROC / str(pid) / name).read_text().splitlines():
                 if line.startswith(field):
@@ -128,7 +132,7 @@ class TreeSampler(SamplingLoop):
         for pid, comm in process_tree(self.root).items():
             group = self._group(pid, comm)
             if group is not None:
-                now[group] += _memory_kb(pid)
+                now[group] += _memory_kb(pid, pss=group != "jvm")
         return now
 
     def sample(self) -> None:
@@ -140,7 +144,7 @@ class TreeSampler(SamplingLoop):
 
     def result(self) -> dict:
         out = {f"{g}_mb": round(kb / 1024, 1) for g, kb in self.peak_kb.items()}
-        return out | {"samples": self.samples, "interval_s": self.every, "measure": "peak PSS (RSS fallback)"}
+        return out | {"samples": self.samples, "interval_s": self.every, "measure": "peak PSS of Python processes, RSS of the JVM"}
 
 
 def _percentile(values: list[float], q: float) -> float | None:

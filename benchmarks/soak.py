@@ -830,7 +830,7 @@ def plot(points: Sequence[Point], samples: list[dict[str, Any]], keys: Series, s
                                                                     "Python workers (MB)")):
         ax2.plot([s["minute"] for s in samples], [s[key] for s in samples], color=color, linewidth=1,
                  linestyle="--", label=label)
-    ax2.set_ylabel("memory, PSS (MB)")
+    ax2.set_ylabel("memory (MB): PSS, JVM RSS")
     ax2.set_ylim(0, max([s["jvm_mb"] for s in samples] + [s["python_workers_mb"] for s in samples] + [1]) * 1.3)
     frame(ax)
     ax.set_title(f"Events read and process memory - {title}", fontsize=9)

@@ -5,7 +5,9 @@ as for any transformWithState query):
 
 - Keys are hashed (``xxhash64`` of the key columns, computed by Spark) into ``buckets``
   buckets; the bucket is transformWithState's grouping key, so one Python call serves every
-  key of a bucket that has input in the micro-batch.
+  key of a bucket that has input in the micro-batch. The input is packed before the shuffle
+  (:func:`_packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
+  shuffle nor PySpark's row-by-row feeding of the processor sees individual events.
 - A bucket's keys live in *leaves*: a map state ``sparkstate_leaves`` from leaf id to one
   binary value holding up to ``leaf_rows`` (64) keys (their encoded state, pending timeout and
   hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
@@ -23,9 +25,11 @@ timeout are read) when the bucket has input or its timer fires.
 
 from __future__ import annotations
 
-import datetime as _dt
+import gc
 import pickle
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.streaming import StatefulProcessor
@@ -36,7 +40,7 @@ from ..group_state import run_call
 from ._calls import Calls, time_mode
 from .base import Engine, StatePlan, initial_key_column
 from ..types import row_class
-from .columns import column_converter
+from .columns import arrow_column_converter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -97,6 +101,40 @@ def split_leaf(lid: int, entries: dict, max_rows: int) -> dict[int, dict]:
     return out
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection during one bucket's call.
+
+    A call allocates a few objects per input row and per key (Rows, state values, outputs) and
+    keeps most of them until it returns; with the collector on, that many surviving objects
+    set off collection after collection, each walking everything allocated so far (measured:
+    half the cost of grouping the input). Cycles made during the call are collected after it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _key_cuts(table: Any, key_pos: list[int], n: int) -> Any:
+    """Positions where the key changes from the row before (a null key counts as a change)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if n < 2:
+        return np.zeros(0, np.int64)
+    changed = None
+    for i in key_pos:
+        col = table.column(i)
+        neq = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+        changed = neq if changed is None else pc.or_(changed, neq)
+    return np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1
+
+
 def _min_timeout(entries: dict) -> int | None:
     m = None
     for e in entries.values():
@@ -148,13 +186,12 @@ def build_leaves(entries: dict, max_rows: int) -> dict[int, dict]:
 class _Processor(StatefulProcessor, Calls):
     """transformWithStateInPandas processor; the grouping key is the bucket."""
 
-    def __init__(self, plan: StatePlan, buckets: int, leaf_rows: int, value_schema: StructType, tz: str) -> None:
+    def __init__(self, plan: StatePlan, buckets: int, leaf_rows: int, value_schema: StructType) -> None:
         self.plan = plan
         self.mode = time_mode(plan)
         self.buckets = buckets
         self.leaf_rows = leaf_rows
         self.value_schema = value_schema
-        self.tz = tz
 
     def init(self, handle: Any) -> None:
         plan = self.plan
@@ -164,14 +201,12 @@ class _Processor(StatefulProcessor, Calls):
         self.timers = self.mode != "None"
         self.start_task(plan)
         self.fields = tuple(plan.state_codec.fields)
-        names = list(self.value_schema.names)
-        self.names = names
-        self.n_values = len(names) - 2  # the input's own columns; bucket and hash come last
+        names = list(self.value_schema.names)  # the input's columns, then the key hash
+        self.n_values = len(names) - 1
         self.value_names = names[: self.n_values]
         self.key_pos = [names.index(k) for k in plan.key_columns]
         self.hash_pos = names.index(HASH_COLUMN)
-        tz = _zone(self.tz)
-        self.converters = [column_converter(f.dataType, tz) for f in self.value_schema.fields[: self.n_values]]
+        self.converters = [arrow_column_converter(f.dataType) for f in self.value_schema.fields[: self.n_values]]
         self.output_names = list(plan.output_schema.names)
         self.key_schema = StructType([self.value_schema[k] for k in plan.key_columns]).json()
         self.state_schema = plan.state_codec.columns.json()
@@ -284,33 +319,52 @@ class _Processor(StatefulProcessor, Calls):
 
     # -- the transformWithState callbacks -------------------------------------------------------
     def _group(self, frames: Iterator[Any]) -> tuple[dict, dict]:
-        """Input chunks -> key -> [values] (Row API values), key -> hash."""
+        """Packed input (see :func:`_packer`) -> key -> [values] (Row API values), key -> hash."""
+        import numpy as np
+        import pyarrow as pa
+
+        tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf.iloc[:, 1].tolist()]
         groups: dict = {}
         hashes: dict = {}
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return groups, hashes
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        # Sort by key hash (stable: a key's rows keep their order), so each key's rows are one
+        # run; the per-row work left is building the Row values, in C-level loops.
+        h = table.column(self.hash_pos).to_numpy()
+        order = np.argsort(h, kind="stable")
+        h = h[order]
+        table = table.take(order)
+        cuts = np.flatnonzero(h[1:] != h[:-1]) + 1
         kp = self.key_pos
-        single = len(kp) == 1
         decode = self.decode_value
-        cls = row_class(self.value_names)
-        new = tuple.__new__
-        n = self.n_values
-        for pdf in frames:
-            if len(pdf) == 0:
-                continue
-            cols = [conv(pdf.iloc[:, i]) for i, conv in enumerate(self.converters)]
-            hcol = pdf.iloc[:, self.hash_pos].tolist()
-            keys = cols[kp[0]] if single else list(zip(*(cols[i] for i in kp)))
-            rows = zip(*cols) if n > 1 else ((v,) for v in cols[0])
-            for k, h, vals in zip(keys, hcol, rows):
-                v = new(cls, vals) if decode is None else decode(vals)
-                g = groups.get(k)
-                if g is None:
-                    groups[k] = [v]
-                    hashes[k] = h
-                else:
-                    g.append(v)
+        cols = [conv(table.column(i)) for i, conv in enumerate(self.converters)]
+        keys = cols[kp[0]] if len(kp) == 1 else list(zip(*(cols[i] for i in kp)))
+        values = zip(*cols) if self.n_values > 1 else ((v,) for v in cols[0])
+        if decode is None:
+            rows = list(map(partial(tuple.__new__, row_class(self.value_names)), values))
+        else:
+            rows = list(map(decode, values))
+        hashes_at = h.tolist()
+        if _key_cuts(table, kp, len(h)).tolist() == cuts.tolist():
+            # one run per key: no two keys share a hash, no null key
+            bounds = [0, *cuts.tolist(), len(h)]
+            for s, e in zip(bounds, bounds[1:]):
+                k = keys[s]
+                groups[k] = rows[s:e]
+                hashes[k] = hashes_at[s]
+            return groups, hashes
+        for k, h1, r in zip(keys, hashes_at, rows):  # null keys, or two keys with one hash
+            g = groups.get(k)
+            if g is None:
+                groups[k] = [r]
+                hashes[k] = h1
+            else:
+                g.append(r)
         return groups, hashes
 
-    def _process(self, groups: dict, hashes: dict, tv: Any) -> Iterator[Any]:
+    def _process(self, groups: dict, hashes: dict, tv: Any) -> list:
         pt, wm = self.times(tv)
         now = self.now(pt, wm)
         d = self._load_dir()
@@ -337,8 +391,7 @@ class _Processor(StatefulProcessor, Calls):
         self._arm(d, now)
         if touched or d.timer != before or d.fresh:
             self.dir_state.update((d.dumps(),))
-        if out:
-            yield self._frame(out)
+        return [self._frame(out)] if out else []
 
     def _frame(self, rows: list) -> Any:
         import pandas as pd
@@ -346,11 +399,13 @@ class _Processor(StatefulProcessor, Calls):
         return pd.DataFrame.from_records(rows, columns=self.output_names)
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        groups, hashes = self._group(rows)
-        return self._process(groups, hashes, timerValues)
+        with _gc_paused():
+            groups, hashes = self._group(rows)
+            return iter(self._process(groups, hashes, timerValues))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
-        return self._process({}, {}, timerValues)
+        with _gc_paused():
+            return iter(self._process({}, {}, timerValues))
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
         # Each row is one whole leaf, built by Spark from the initial state (see _initial_leaves).
@@ -378,15 +433,67 @@ class _Processor(StatefulProcessor, Calls):
         pass
 
 
-def _zone(name: str) -> _dt.tzinfo:
-    if name.upper() in ("UTC", "Z", "GMT", "ETC/UTC"):
-        return _dt.timezone.utc
-    try:
-        from zoneinfo import ZoneInfo
+PACKED_SCHEMA = StructType([StructField(BUCKET_COLUMN, IntegerType(), True),
+                            StructField(BLOB_COLUMN, BinaryType(), True)])
+_PACK_ROWS = 1 << 16
+_PACK_BYTES = 1 << 28  # a blob column's offsets are 32-bit: stay far below 2 GiB
 
-        return ZoneInfo(name)
-    except Exception:
-        return _dt.timezone.utc
+
+def _packer(bucket_pos: int) -> Any:
+    """The ``mapInArrow`` function run before the shuffle: it cuts each partition's rows by
+    bucket into Arrow IPC blobs, one row ``(bucket, blob)`` per bucket and up to 64K input rows
+    (or 256 MB).
+
+    PySpark feeds transformWithStateInPandas row by row (a pandas ``itertuples`` and a
+    DataFrame rebuilt per group); packed, it sees a few rows per bucket, and the Spark side
+    shuffles and sorts a few rows instead of every event. The blob holds the input's columns
+    and the key hash, in Spark's own Arrow types, so nothing is lost on the way.
+    """
+
+    def pack(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        def cut(chunk: list) -> Iterator[Any]:
+            table = pa.Table.from_batches(chunk).combine_chunks()
+            table = table.take(pc.sort_indices(table.column(bucket_pos)))
+            buckets = table.column(bucket_pos).to_numpy()
+            body = table.select(range(bucket_pos))
+            # every bucket's slice as its own IPC stream, back to back in one buffer: the blob
+            # column is that buffer with the streams' offsets (no copy per blob)
+            sink = pa.BufferOutputStream()
+            out_b, offsets = [], [0]
+            start, n = 0, len(buckets)
+            while start < n:
+                b = buckets[start]
+                end = int(buckets.searchsorted(b, "right"))
+                with pa.ipc.new_stream(sink, body.schema) as w:
+                    w.write_table(body.slice(start, end - start))
+                out_b.append(int(b))
+                offsets.append(sink.tell())
+                start = end
+                if offsets[-1] >= _PACK_BYTES or start == n:
+                    blobs = pa.Array.from_buffers(
+                        pa.binary(), len(out_b), [None, pa.py_buffer(np.array(offsets, np.int32)), sink.getvalue()])
+                    yield pa.RecordBatch.from_arrays([pa.array(out_b, pa.int32()), blobs],
+                                                     names=[BUCKET_COLUMN, BLOB_COLUMN])
+                    sink, out_b, offsets = pa.BufferOutputStream(), [], [0]
+
+        chunk: list = []
+        rows = size = 0
+        for batch in batches:
+            if batch.num_rows:
+                chunk.append(batch)
+                rows += batch.num_rows
+                size += batch.nbytes
+            if rows >= _PACK_ROWS or size >= _PACK_BYTES:
+                yield from cut(chunk)
+                chunk, rows, size = [], 0, 0
+        if chunk:
+            yield from cut(chunk)
+
+    return pack
 
 
 def _initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_rows: int) -> "DataFrame":
@@ -464,19 +571,15 @@ class BatchedEngine(Engine):
         if clash:
             raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
         h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
-        # longs travel as strings: pandas would turn a long column with a null into float64
-        values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
-                  else F.col(f"`{f.name}`") for f in df.schema.fields]
-        extra = [F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN), h.alias(HASH_COLUMN)]
-        data = df.select(*values, *extra)
-        schema = StructType(df.schema.fields + [StructField(BUCKET_COLUMN, IntegerType(), True),
-                                                StructField(HASH_COLUMN, LongType(), True)])
-        tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-        processor = _Processor(plan, self.buckets, self.leaf_rows, schema, tz)
+        cols = [F.col(f"`{c}`") for c in df.columns]
+        data = df.select(*cols, h.alias(HASH_COLUMN), F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN))
+        packed = data.mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
+        schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
+        processor = _Processor(plan, self.buckets, self.leaf_rows, schema)
         init = None
         if initial_state is not None:
             init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
-        return data.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
+        return packed.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
             statefulProcessor=processor,
             outputStructType=plan.output_schema,
             outputMode="Append" if plan.output_mode == "append" else "Update",
