@@ -135,6 +135,41 @@ def test_values_are_the_row_api_values(spark):
     assert "(2, 8, -5, nan, ''" in next(s for s in got if s.startswith("(2,"))  # NaN stays NaN, not null
 
 
+# --- late rows: Spark's own rule on both engines -------------------------------------------
+
+def _seen_times(key, rows, state):
+    return [(key, r.t.isoformat()) for r in rows]
+
+
+def test_late_rows_are_dropped_by_sparks_rule_on_both_engines(spark, tmp_path):
+    """An event-time input reaches the batched engine unpacked, so Spark still drops the rows
+    behind the previous batch's watermark, exactly as under the tws engine."""
+    got = {}
+    for engine in ("tws", "batched"):
+        land = LandingDir(tmp_path / engine / "in")
+        events = land.stream(spark, "k string, t timestamp").withWatermark("t", "10 seconds")
+        out = ss.flat_map_groups_with_state(events, key="k", func=_seen_times, state_type=int,
+                                            output_type="k string, seen string", engine=engine,
+                                            timeout=ss.GroupStateTimeout.EventTimeTimeout)
+        with StreamRun(spark, out, tmp_path / engine / "ck", landing=land) as run:
+            land.add([{"k": "a", "t": "2024-01-01T00:01:00Z"}])
+            run.wait_input()
+            land.add([{"k": "b", "t": "2024-01-01T00:02:00Z"}])  # the watermark moves to 00:01:50
+            run.wait_input()
+            land.add([{"k": "a", "t": "2024-01-01T00:00:30Z"},  # behind it: dropped by Spark
+                      {"k": "c", "t": "2024-01-01T00:01:55Z"}])
+            run.wait_input()
+            land.add([{"k": "d", "t": "2024-01-01T00:03:00Z"}])
+            run.wait_input()
+            dropped = sum(o["numRowsDroppedByWatermark"] for p in run.query.recentProgress
+                          for o in p["stateOperators"])
+        got[engine] = (sorted(tuple(r) for r in run.rows), dropped)
+    assert got["batched"] == got["tws"]
+    rows, dropped = got["batched"]
+    assert dropped == 1 and not any(seen.startswith("2024-01-01T00:00:30") for _, seen in rows)
+    assert [k for k, _ in rows] == ["a", "b", "c", "d"]
+
+
 # --- one bucket for every key: shared timer, leaf splits --------------------------------------
 
 @pytest.mark.parametrize("keep", [False, True], ids=["expire", "keep_expired"])

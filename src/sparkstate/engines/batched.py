@@ -7,7 +7,8 @@ as for any transformWithState query):
   buckets; the bucket is transformWithState's grouping key, so one Python call serves every
   key of a bucket that has input in the micro-batch. The input is packed before the shuffle
   (:func:`_packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
-  shuffle nor PySpark's row-by-row feeding of the processor sees individual events.
+  shuffle nor PySpark's row-by-row feeding of the processor sees individual events; an input
+  with an event-time watermark column goes in unpacked, so that Spark still drops its late rows.
 - A bucket's keys live in *leaves*: a map state ``sparkstate_leaves`` from leaf id to one
   binary value holding up to ``leaf_rows`` (64) keys (their encoded state, pending timeout and
   hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
@@ -52,6 +53,8 @@ BLOB_COLUMN = "_sparkstate_blob"
 DIR_VARIABLE = "sparkstate_dir"
 LEAF_VARIABLE = "sparkstate_leaves"
 LAYOUT_VERSION = 1
+#: The column metadata by which Spark finds an input's event-time watermark.
+WATERMARK_KEY = "spark.watermarkDelayMs"
 _PICKLE = 5
 _MAX_DEPTH = 32  # leaves split on the upper 32 bits of the 64-bit key hash
 
@@ -99,6 +102,17 @@ def split_leaf(lid: int, entries: dict, max_rows: int) -> dict[int, dict]:
         todo.append(((1 << (d + 1)) | prefix, lo))
         todo.append(((1 << (d + 1)) | (1 << d) | prefix, hi))
     return out
+
+
+def _group_by_key(groups: dict, hashes: dict, keys: Any, key_hashes: Any, rows: Any) -> None:
+    """Add rows to their key's list, one dict step per row."""
+    for k, h, r in zip(keys, key_hashes, rows):
+        g = groups.get(k)
+        if g is None:
+            groups[k] = [r]
+            hashes[k] = h
+        else:
+            g.append(r)
 
 
 @contextmanager
@@ -186,12 +200,15 @@ def build_leaves(entries: dict, max_rows: int) -> dict[int, dict]:
 class _Processor(StatefulProcessor, Calls):
     """transformWithStateInPandas processor; the grouping key is the bucket."""
 
-    def __init__(self, plan: StatePlan, buckets: int, leaf_rows: int, value_schema: StructType) -> None:
+    def __init__(self, plan: StatePlan, buckets: int, leaf_rows: int, value_schema: StructType,
+                 packed: bool = True, tz: str = "UTC") -> None:
         self.plan = plan
         self.mode = time_mode(plan)
         self.buckets = buckets
         self.leaf_rows = leaf_rows
         self.value_schema = value_schema
+        self.packed = packed
+        self.tz = tz
 
     def init(self, handle: Any) -> None:
         plan = self.plan
@@ -201,12 +218,20 @@ class _Processor(StatefulProcessor, Calls):
         self.timers = self.mode != "None"
         self.start_task(plan)
         self.fields = tuple(plan.state_codec.fields)
-        names = list(self.value_schema.names)  # the input's columns, then the key hash
-        self.n_values = len(names) - 1
+        # the input's columns, then the key hash (packed), or then the bucket and the hash
+        names = list(self.value_schema.names)
+        self.n_values = len(names) - (1 if self.packed else 2)
         self.value_names = names[: self.n_values]
         self.key_pos = [names.index(k) for k in plan.key_columns]
         self.hash_pos = names.index(HASH_COLUMN)
-        self.converters = [arrow_column_converter(f.dataType) for f in self.value_schema.fields[: self.n_values]]
+        fields = self.value_schema.fields[: self.n_values]
+        if self.packed:
+            self.converters = [arrow_column_converter(f.dataType) for f in fields]
+        else:
+            from .pandas_columns import pandas_column_converter, zone
+
+            tz = zone(self.tz)
+            self.converters = [pandas_column_converter(f.dataType, tz) for f in fields]
         self.output_names = list(plan.output_schema.names)
         self.key_schema = StructType([self.value_schema[k] for k in plan.key_columns]).json()
         self.state_schema = plan.state_codec.columns.json()
@@ -318,8 +343,27 @@ class _Processor(StatefulProcessor, Calls):
         return self.encode_outputs(key, outcome.outputs)
 
     # -- the transformWithState callbacks -------------------------------------------------------
+    def _group_rows(self, frames: Iterator[Any]) -> tuple[dict, dict]:
+        """Unpacked input (pandas chunks of rows) -> key -> [values], key -> hash."""
+        groups: dict = {}
+        hashes: dict = {}
+        kp = self.key_pos
+        decode = self.decode_value
+        make = partial(tuple.__new__, row_class(self.value_names))
+        for pdf in frames:
+            if len(pdf) == 0:
+                continue
+            cols = [conv(pdf.iloc[:, i]) for i, conv in enumerate(self.converters)]
+            keys = cols[kp[0]] if len(kp) == 1 else list(zip(*(cols[i] for i in kp)))
+            values = zip(*cols) if self.n_values > 1 else ((v,) for v in cols[0])
+            rows = map(make, values) if decode is None else map(decode, values)
+            _group_by_key(groups, hashes, keys, pdf.iloc[:, self.hash_pos].tolist(), rows)
+        return groups, hashes
+
     def _group(self, frames: Iterator[Any]) -> tuple[dict, dict]:
         """Packed input (see :func:`_packer`) -> key -> [values] (Row API values), key -> hash."""
+        if not self.packed:
+            return self._group_rows(frames)
         import numpy as np
         import pyarrow as pa
 
@@ -355,13 +399,7 @@ class _Processor(StatefulProcessor, Calls):
                 groups[k] = rows[s:e]
                 hashes[k] = hashes_at[s]
             return groups, hashes
-        for k, h1, r in zip(keys, hashes_at, rows):  # null keys, or two keys with one hash
-            g = groups.get(k)
-            if g is None:
-                groups[k] = [r]
-                hashes[k] = h1
-            else:
-                g.append(r)
+        _group_by_key(groups, hashes, keys, hashes_at, rows)  # null keys, or two keys with one hash
         return groups, hashes
 
     def _process(self, groups: dict, hashes: dict, tv: Any) -> list:
@@ -571,15 +609,28 @@ class BatchedEngine(Engine):
         if clash:
             raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
         h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
-        cols = [F.col(f"`{c}`") for c in df.columns]
-        data = df.select(*cols, h.alias(HASH_COLUMN), F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN))
-        packed = data.mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
-        schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
-        processor = _Processor(plan, self.buckets, self.leaf_rows, schema)
+        bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
+        if df.isStreaming and any(WATERMARK_KEY in (f.metadata or {}) for f in df.schema.fields):
+            # Spark drops input rows behind the watermark inside the stateful operator, by the
+            # column that carries it; packed rows would hide that column. So an event-time
+            # input goes in row by row (pandas), and Spark's late-row rule stays exactly its own.
+            # longs travel as strings: pandas would turn a long column with a null into float64
+            values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
+                      else F.col(f"`{f.name}`") for f in df.schema.fields]
+            data = df.select(*values, h.alias(HASH_COLUMN), bucket)
+            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
+                                                    StructField(BUCKET_COLUMN, IntegerType(), True)])
+            tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+            processor = _Processor(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
+        else:
+            cols = [F.col(f"`{c}`") for c in df.columns]
+            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
+            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
+            processor = _Processor(plan, self.buckets, self.leaf_rows, schema)
         init = None
         if initial_state is not None:
             init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
-        return packed.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
+        return data.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
             statefulProcessor=processor,
             outputStructType=plan.output_schema,
             outputMode="Append" if plan.output_mode == "append" else "Update",

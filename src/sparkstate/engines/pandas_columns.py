@@ -1,0 +1,133 @@
+"""The batched engine's fallback input path: the pandas columns PySpark hands a
+``transformWithStateInPandas`` processor, turned back into the values the Row API gives.
+
+Used only when the input is not packed (see ``engines/batched.py``: an event-time input whose
+late rows Spark must drop). PySpark's pandas round trip loses two things put back here:
+integers with nulls arrive as floats with NaN, timestamps arrive naive in the session time
+zone. Longs travel as strings (a long column with a null would arrive as float64 and lose every
+digit past 2**53). One loss cannot be undone: a floating-point NaN and a null both arrive as
+NaN; both become ``None``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Callable
+
+from .columns import make_row
+
+from pyspark.sql.types import (
+    ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DoubleType, FloatType, IntegerType,
+    LongType, MapType, ShortType, StructType, TimestampNTZType, TimestampType,
+)
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+try:
+    from pandas import NA as _NA
+except ImportError:  # pragma: no cover - pandas is a core dependency
+    _NA = None
+
+Cell = Callable[[Any], Any]
+
+
+def _is_null(v: Any) -> bool:
+    if v is None or v is _NA:
+        return True
+    try:
+        return v != v  # NaN, NaT
+    except (TypeError, ValueError):
+        return False
+
+
+def _cell(dt: DataType, tz: _dt.tzinfo) -> Cell:
+    """A function turning one pandas cell of Spark type ``dt`` into the Row API's value."""
+    if isinstance(dt, _INTEGRAL):
+        return lambda v: None if v is None or v is _NA or (isinstance(v, float) and v != v) else int(v)
+    if isinstance(dt, (DoubleType, FloatType)):
+        return lambda v: None if _is_null(v) else float(v)
+    if isinstance(dt, BooleanType):
+        return lambda v: None if _is_null(v) else bool(v)
+    if isinstance(dt, TimestampType):
+        def ts(v: Any) -> Any:
+            if _is_null(v):
+                return None
+            if hasattr(v, "to_pydatetime"):
+                v = v.to_pydatetime()
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=tz)
+            return v.astimezone(_dt.timezone.utc)
+        return ts
+    if isinstance(dt, TimestampNTZType):
+        def ntz(v: Any) -> Any:
+            if _is_null(v):
+                return None
+            return v.to_pydatetime() if hasattr(v, "to_pydatetime") else v
+        return ntz
+    if isinstance(dt, DateType):
+        def date(v: Any) -> Any:
+            if _is_null(v):
+                return None
+            return v.date() if isinstance(v, _dt.datetime) else v
+        return date
+    if isinstance(dt, BinaryType):
+        return lambda v: None if v is None else bytes(v)
+    if isinstance(dt, ArrayType):
+        elem = _cell(dt.elementType, tz)
+        return lambda v: None if v is None else [elem(x) for x in v]
+    if isinstance(dt, MapType):
+        kc, vc = _cell(dt.keyType, tz), _cell(dt.valueType, tz)
+
+        def mapping(v: Any) -> Any:
+            if v is None:
+                return None
+            items = v.items() if isinstance(v, dict) else v
+            return {kc(k): vc(x) for k, x in items}
+        return mapping
+    if isinstance(dt, StructType):
+        names = list(dt.names)
+        convs = [_cell(f.dataType, tz) for f in dt.fields]
+
+        def struct(v: Any) -> Any:
+            if v is None:
+                return None
+            if isinstance(v, dict):
+                vals = [v.get(n) for n in names]
+            else:
+                vals = list(v)
+            return make_row(names, [c(x) for c, x in zip(convs, vals)])
+        return struct
+    return lambda v: None if _is_null(v) else v
+
+
+def pandas_column_converter(dt: DataType, tz: _dt.tzinfo) -> Callable[[Any], list]:
+    """A function turning a pandas Series of Spark type ``dt`` into a list of Row-API values."""
+    cell = _cell(dt, tz)
+    flat_ok = isinstance(dt, (ByteType, ShortType, IntegerType, DoubleType, FloatType, BooleanType))
+
+    plain = not isinstance(dt, (TimestampType, TimestampNTZType, DateType, BinaryType, ArrayType, MapType, StructType,
+                                DoubleType, FloatType, *_INTEGRAL, BooleanType))
+    integral = isinstance(dt, _INTEGRAL)
+
+    def convert(series: Any) -> list:
+        kind = series.dtype.kind
+        if flat_ok and kind in "iub":
+            return series.tolist()
+        if kind in "fO" and (plain or integral or kind == "f") and not series.isna().any():
+            values = series.tolist()
+            # no null: strings and decimals are ready; longs came as strings, other integers maybe as floats
+            return list(map(int, values)) if integral else values
+        return [cell(x) for x in series.tolist()]
+
+    return convert
+
+
+def zone(name: str) -> _dt.tzinfo:
+    """The session time zone PySpark's naive pandas timestamps are in."""
+    if name.upper() in ("UTC", "Z", "GMT", "ETC/UTC"):
+        return _dt.timezone.utc
+    try:
+        from zoneinfo import ZoneInfo
+
+        return ZoneInfo(name)
+    except Exception:
+        return _dt.timezone.utc
