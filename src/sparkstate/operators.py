@@ -22,7 +22,7 @@ from pyspark.sql.types import StructField, StructType
 
 from .durations import Duration, positive_ms
 from .engines import StatePlan, get_engine
-from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, initial_key_column
+from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, has_watermark, initial_key_column
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupState, GroupStateTimeout, State
 from .session import check_session
@@ -33,11 +33,6 @@ log = logging.getLogger("sparkstate")
 
 OutputMode = Literal["update", "append"]
 KeySpec = "str | Sequence[str]"
-
-
-def has_watermark(df: DataFrame) -> bool:
-    """Whether ``df`` carries an event-time watermark (``withWatermark`` was called upstream)."""
-    return any("spark.watermarkDelayMs" in (f.metadata or {}) for f in df.schema.fields)
 
 
 def _key_columns(df: DataFrame, key: Any, operator_name: str) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ def _grouper(names: list[str], key_pos: list[int]):
                         + [StructField(HASH_COLUMN, LongType())])
     p = _Processor.__new__(_Processor)
     p.value_schema, p.n_values, p.value_names = schema, len(names), names
-    p.key_pos, p.hash_pos, p.decode_value = key_pos, len(names), None
+    p.key_pos, p.hash_pos, p.decode_value, p.packed = key_pos, len(names), None, True
     p.converters = [arrow_column_converter(f.dataType) for f in schema.fields[: len(names)]]
     return p
 
@@ -133,6 +133,17 @@ def test_values_are_the_row_api_values(spark):
     assert "Decimal('12.34')" in full and "datetime.date(2024, 5, 6)" in full and "b'ab'" in full
     assert "(1, 7, None, None, None, None, None, None, None, None, None, None, None)" in got
     assert "(2, 8, -5, nan, ''" in next(s for s in got if s.startswith("(2,"))  # NaN stays NaN, not null
+
+
+def test_unpacked_input_gives_the_same_results(spark):
+    df = spark.createDataFrame([(f"u{i % 7}", i) for i in range(60)] + [(None, 1)], "user string, n long")
+    got = {}
+    for pack in (True, False):
+        out = ss.map_groups_with_state(df, key="user", func=_count, state_type=int, output_type="user string, n long",
+                                       engine=BatchedEngine(buckets=3, pack=pack))
+        got[pack] = sorted(out.collect(), key=lambda r: (r.user is None, r.user or ""))
+    assert got[True] == got[False]
+    assert [tuple(r) for r in got[False]] == [(f"u{i}", 9 if i < 4 else 8) for i in range(7)] + [(None, 1)]
 
 
 # --- late rows: Spark's own rule on both engines -------------------------------------------

@@ -93,3 +93,13 @@ def get_engine(name: str | Engine) -> Engine:
     if name not in ENGINES:
         raise ConfigError(f"engine: expected one of {', '.join(sorted(ENGINES))}, got {name!r}")
     return ENGINES[name]()
+
+
+#: The column metadata key by which Spark finds the event-time watermark of a plan.
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
+
+
+def has_watermark(df: "DataFrame") -> bool:
+    """Whether a column of ``df`` carries an event-time watermark (``withWatermark`` upstream):
+    then Spark drops the rows behind it inside the stateful operator reading ``df``."""
+    return any(WATERMARK_DELAY_KEY in (f.metadata or {}) for f in df.schema.fields)

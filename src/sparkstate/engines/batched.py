@@ -39,7 +39,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 from ..errors import ConfigError, StateSchemaError
 from ..group_state import run_call
 from ._calls import Calls, time_mode
-from .base import Engine, StatePlan, initial_key_column
+from .base import Engine, StatePlan, has_watermark, initial_key_column
 from ..types import row_class
 from .columns import arrow_column_converter
 
@@ -53,8 +53,6 @@ BLOB_COLUMN = "_sparkstate_blob"
 DIR_VARIABLE = "sparkstate_dir"
 LEAF_VARIABLE = "sparkstate_leaves"
 LAYOUT_VERSION = 1
-#: The column metadata by which Spark finds an input's event-time watermark.
-WATERMARK_KEY = "spark.watermarkDelayMs"
 _PICKLE = 5
 _MAX_DEPTH = 32  # leaves split on the upper 32 bits of the 64-bit key hash
 
@@ -586,16 +584,19 @@ class BatchedEngine(Engine):
     """Runs a plan with ``transformWithStateInPandas`` grouped by hash bucket (see module doc).
 
     ``buckets``: how many groups keys are hashed into (fixed for the life of a checkpoint);
-    ``leaf_rows``: the most keys a leaf holds before it splits.
+    ``leaf_rows``: the most keys a leaf holds before it splits; ``pack``: cut the input into
+    per-bucket Arrow blobs before the shuffle (faster batches, one more Python worker per core
+    for the packing step; an input with an event-time watermark column is never packed).
     """
 
     name = "batched"
 
-    def __init__(self, buckets: int = 64, leaf_rows: int = 64) -> None:
+    def __init__(self, buckets: int = 64, leaf_rows: int = 64, pack: bool = True) -> None:
         if int(buckets) < 1 or int(leaf_rows) < 1:
             raise ConfigError(f"batched engine: buckets and leaf_rows must be 1 or more, got {buckets}, {leaf_rows}")
         self.buckets = int(buckets)
         self.leaf_rows = int(leaf_rows)
+        self.pack = bool(pack)
 
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
         from pyspark.sql import functions as F
@@ -610,10 +611,11 @@ class BatchedEngine(Engine):
             raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
         h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
         bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
-        if df.isStreaming and any(WATERMARK_KEY in (f.metadata or {}) for f in df.schema.fields):
+        if not self.pack or (df.isStreaming and has_watermark(df)):
             # Spark drops input rows behind the watermark inside the stateful operator, by the
             # column that carries it; packed rows would hide that column. So an event-time
             # input goes in row by row (pandas), and Spark's late-row rule stays exactly its own.
+            # (Likewise with pack=False.)
             # longs travel as strings: pandas would turn a long column with a null into float64
             values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
                       else F.col(f"`{f.name}`") for f in df.schema.fields]

@@ -45,13 +45,20 @@ def cell_converter(dt: DataType) -> Cell:
                 v = v.replace(tzinfo=utc)
             return v.astimezone(utc)
         return ts
+    if isinstance(dt, ArrayType) and cell_converter(dt.elementType) is _identity:
+        return _identity
+    return nested_converter(dt, cell_converter) or _identity
+
+
+def nested_converter(dt: DataType, child: Callable[[DataType], Cell]) -> Cell | None:
+    """For an array, map or struct type: a function converting a cell of it with ``child(t)``
+    converting its parts of type ``t`` (lists stay lists, maps become dicts, structs Rows);
+    None for other types."""
     if isinstance(dt, ArrayType):
-        elem = cell_converter(dt.elementType)
-        if elem is _identity:
-            return _identity
+        elem = child(dt.elementType)
         return lambda v: None if v is None else [elem(x) for x in v]
     if isinstance(dt, MapType):
-        kc, vc = cell_converter(dt.keyType), cell_converter(dt.valueType)
+        kc, vc = child(dt.keyType), child(dt.valueType)
 
         def mapping(v: Any) -> Any:
             if v is None:
@@ -61,7 +68,7 @@ def cell_converter(dt: DataType) -> Cell:
         return mapping
     if isinstance(dt, StructType):
         names = list(dt.names)
-        convs = [cell_converter(f.dataType) for f in dt.fields]
+        convs = [child(f.dataType) for f in dt.fields]
 
         def struct(v: Any) -> Any:
             if v is None:
@@ -69,7 +76,7 @@ def cell_converter(dt: DataType) -> Cell:
             vals = [v.get(n) for n in names] if isinstance(v, dict) else list(v)
             return make_row(names, [c(x) for c, x in zip(convs, vals)])
         return struct
-    return _identity
+    return None
 
 
 def arrow_column_converter(dt: DataType) -> Callable[[Any], list]:

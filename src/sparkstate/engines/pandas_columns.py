@@ -14,12 +14,12 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Callable
 
-from .columns import make_row
-
 from pyspark.sql.types import (
     ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DoubleType, FloatType, IntegerType,
     LongType, MapType, ShortType, StructType, TimestampNTZType, TimestampType,
 )
+
+from .columns import nested_converter
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 try:
@@ -71,31 +71,9 @@ def _cell(dt: DataType, tz: _dt.tzinfo) -> Cell:
         return date
     if isinstance(dt, BinaryType):
         return lambda v: None if v is None else bytes(v)
-    if isinstance(dt, ArrayType):
-        elem = _cell(dt.elementType, tz)
-        return lambda v: None if v is None else [elem(x) for x in v]
-    if isinstance(dt, MapType):
-        kc, vc = _cell(dt.keyType, tz), _cell(dt.valueType, tz)
-
-        def mapping(v: Any) -> Any:
-            if v is None:
-                return None
-            items = v.items() if isinstance(v, dict) else v
-            return {kc(k): vc(x) for k, x in items}
-        return mapping
-    if isinstance(dt, StructType):
-        names = list(dt.names)
-        convs = [_cell(f.dataType, tz) for f in dt.fields]
-
-        def struct(v: Any) -> Any:
-            if v is None:
-                return None
-            if isinstance(v, dict):
-                vals = [v.get(n) for n in names]
-            else:
-                vals = list(v)
-            return make_row(names, [c(x) for c, x in zip(convs, vals)])
-        return struct
+    nested = nested_converter(dt, lambda t: _cell(t, tz))
+    if nested is not None:
+        return nested
     return lambda v: None if _is_null(v) else v
 
 

@@ -27,6 +27,7 @@ from ..durations import Duration, instant_ms, positive_ms, to_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
 from ..engines import DEFAULT_ENGINE, Engine
+from ..engines.base import WATERMARK_DELAY_KEY
 from ..operators import flat_map_groups_with_state, has_watermark
 from ._columns import check_column, require_dataframe
 
@@ -43,8 +44,6 @@ REJECTED = "rejected"
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
 _WATERMARK = "_sparkstate_watermark"
-#: The column metadata key by which Spark finds the event-time watermark of a plan.
-WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
