@@ -345,18 +345,21 @@ class _Processor(StatefulProcessor, Calls):
         """Unpacked input (pandas chunks of rows) -> key -> [values], key -> hash."""
         groups: dict = {}
         hashes: dict = {}
-        kp = self.key_pos
-        decode = self.decode_value
-        make = partial(tuple.__new__, row_class(self.value_names))
         for pdf in frames:
             if len(pdf) == 0:
                 continue
-            cols = [conv(pdf.iloc[:, i]) for i, conv in enumerate(self.converters)]
-            keys = cols[kp[0]] if len(kp) == 1 else list(zip(*(cols[i] for i in kp)))
-            values = zip(*cols) if self.n_values > 1 else ((v,) for v in cols[0])
-            rows = map(make, values) if decode is None else map(decode, values)
+            keys, rows = self._keys_and_rows([conv(pdf.iloc[:, i]) for i, conv in enumerate(self.converters)])
             _group_by_key(groups, hashes, keys, pdf.iloc[:, self.hash_pos].tolist(), rows)
         return groups, hashes
+
+    def _keys_and_rows(self, cols: list[list]) -> tuple[list, list]:
+        """Converted input columns -> the key of each row, and each row as the function sees it."""
+        kp = self.key_pos
+        keys = cols[kp[0]] if len(kp) == 1 else list(zip(*(cols[i] for i in kp)))
+        values = zip(*cols) if self.n_values > 1 else ((v,) for v in cols[0])
+        decode = self.decode_value
+        make = partial(tuple.__new__, row_class(self.value_names)) if decode is None else decode
+        return keys, list(map(make, values))
 
     def _group(self, frames: Iterator[Any]) -> tuple[dict, dict]:
         """Packed input (see :func:`_packer`) -> key -> [values] (Row API values), key -> hash."""
@@ -379,17 +382,9 @@ class _Processor(StatefulProcessor, Calls):
         h = h[order]
         table = table.take(order)
         cuts = np.flatnonzero(h[1:] != h[:-1]) + 1
-        kp = self.key_pos
-        decode = self.decode_value
-        cols = [conv(table.column(i)) for i, conv in enumerate(self.converters)]
-        keys = cols[kp[0]] if len(kp) == 1 else list(zip(*(cols[i] for i in kp)))
-        values = zip(*cols) if self.n_values > 1 else ((v,) for v in cols[0])
-        if decode is None:
-            rows = list(map(partial(tuple.__new__, row_class(self.value_names)), values))
-        else:
-            rows = list(map(decode, values))
+        keys, rows = self._keys_and_rows([conv(table.column(i)) for i, conv in enumerate(self.converters)])
         hashes_at = h.tolist()
-        if _key_cuts(table, kp, len(h)).tolist() == cuts.tolist():
+        if _key_cuts(table, self.key_pos, len(h)).tolist() == cuts.tolist():
             # one run per key: no two keys share a hash, no null key
             bounds = [0, *cuts.tolist(), len(h)]
             for s, e in zip(bounds, bounds[1:]):

@@ -2,7 +2,7 @@
 ``transformWithStateInPandas`` processor, turned back into the values the Row API gives.
 
 Used only when the input is not packed (see ``engines/batched.py``: an event-time input whose
-late rows Spark must drop). PySpark's pandas round trip loses two things put back here:
+late rows Spark must drop, or ``BatchedEngine(pack=False)``). PySpark's pandas round trip loses two things put back here:
 integers with nulls arrive as floats with NaN, timestamps arrive naive in the session time
 zone. Longs travel as strings (a long column with a null would arrive as float64 and lose every
 digit past 2**53). One loss cannot be undone: a floating-point NaN and a null both arrive as
