@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Workers must import test modules (state dataclasses and functions defined in them).
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(ROOT), str(ROOT / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-)
+# No PYTHONPATH for the workers: state functions and dataclasses defined in test modules reach
+# them the way a user's do (sparkstate ships modules that are not installed by value).
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,11 @@ class UserFunctionError(SparkStateError):
     """The user's function raised; the message names the key and the original exception."""
 
 
+class WorkerImportError(SparkStateError):
+    """The Python workers cannot import a module the query's function or types need (raised on a
+    worker; the message names the module and the fixes). See :mod:`sparkstate.shipping`."""
+
+
 class ConfigError(SparkStateError, ValueError):
     """A query was defined with arguments that cannot work together."""
 

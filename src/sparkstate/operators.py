@@ -26,6 +26,7 @@ from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, has_w
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupState, GroupStateTimeout, State
 from .session import check_session
+from .shipping import ship_user_modules
 from .spec import StateSpec
 from .types import Codec, encoder_for, parse_schema, record_decoder
 
@@ -166,6 +167,7 @@ def _build(
         initial_has_timeout=init_timeout,
         initial_idle_timeout_ms=initial_idle_timeout_ms,
     )
+    ship_user_modules()  # the user's modules that are not installed travel with the query
     return get_engine(engine).apply(df, plan, init_df)
 
 

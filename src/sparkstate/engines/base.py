@@ -9,7 +9,7 @@ no change to operators or pipelines.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError
@@ -57,6 +57,21 @@ class StatePlan:
     #: Keys loaded from the initial state without a ``timeout_ms`` time out this long after the
     #: first batch (``map_with_state`` with ``StateSpec.timeout``: they are idle from the start).
     initial_idle_timeout_ms: int | None = None
+
+    def __reduce__(self) -> tuple:
+        # On its way to a worker the plan is one blob unpickled by sparkstate's own code, so a
+        # module the worker cannot import (the user's function's, or its types') becomes one
+        # readable error naming it (sparkstate.shipping.load_plan), not a bare ModuleNotFoundError.
+        from ..shipping import dump_plan
+
+        what = f"the state function {getattr(self.func, '__name__', self.func)!r} of {self.operator}"
+        return _plan_from, (dump_plan(tuple(getattr(self, f.name) for f in fields(self))), what)
+
+
+def _plan_from(blob: bytes, what: str) -> StatePlan:
+    from ..shipping import load_plan
+
+    return StatePlan(*load_plan(blob, what))
 
 
 class Engine(abc.ABC):

@@ -535,8 +535,7 @@ def _initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_ro
     key_cols = [initial_key_column(i) for i in range(n_keys)]
     h = F.xxhash64(*[F.col(c) for c in key_cols])
     with_hash = initial.select("*", F.pmod(h, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN), h.alias(HASH_COLUMN))
-    codec = plan.state_codec
-    fields = list(codec.fields)
+    fields = list(plan.state_codec.fields)
     has_timeout = plan.initial_has_timeout
     no_timeout = plan.timeout.value == "NoTimeout"
     operator = plan.operator
@@ -545,6 +544,7 @@ def _initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_ro
     def build(table: Any) -> Any:
         import pyarrow as pa
 
+        codec = plan.state_codec  # the plan, not the codec, is captured: it reaches the worker guarded
         rows = table.to_pylist()
         entries: dict = {}
         bucket = None
