@@ -14,6 +14,7 @@ from .errors import (
     StateTypeError,
     TimeoutConfigError,
     UserFunctionError,
+    WorkerImportError,
 )
 from .engines import BatchedEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
@@ -37,6 +38,7 @@ __all__ = [
     "TimeoutConfigError",
     "TransformWithStateEngine",
     "UserFunctionError",
+    "WorkerImportError",
     "flat_map_groups_with_state",
     "map_groups_with_state",
     "map_with_state",
