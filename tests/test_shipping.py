@@ -20,8 +20,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import sparkstate as ss
 
 ENGINES = ("tws", "batched")
@@ -212,3 +210,23 @@ def test_a_module_the_workers_cannot_import_fails_the_query_with_one_line(tmp_pa
         assert f"LINE {engine} {want}" in lines, done.stdout[-4000:]
         assert f"RAW {engine} True" in lines
         assert f"BATCHES {engine} False" in lines  # it failed at start, before any batch ran
+
+
+def test_which_modules_travel_by_value(tmp_path, monkeypatch):
+    import importlib
+    import json as json_module
+
+    import pandas
+
+    from sparkstate import shipping
+
+    (tmp_path / "mine.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = importlib.import_module("mine")
+    assert shipping.ships_by_value("mine", mine)
+    assert shipping.ships_by_value(__name__, sys.modules[__name__])  # this repository's tests: not installed
+    assert not shipping.ships_by_value("json", json_module)  # standard library
+    assert not shipping.ships_by_value("pandas", pandas)  # site-packages
+    assert not shipping.ships_by_value("sparkstate.types", sys.modules["sparkstate.types"])  # editable install
+    assert not shipping.ships_by_value("pyspark.sql", sys.modules["pyspark.sql"])
+    assert not shipping.ships_by_value("sys", sys)  # built in
