@@ -20,6 +20,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import sparkstate as ss
 
 ENGINES = ("tws", "batched")
@@ -230,3 +232,18 @@ def test_which_modules_travel_by_value(tmp_path, monkeypatch):
     assert not shipping.ships_by_value("sparkstate.types", sys.modules["sparkstate.types"])  # editable install
     assert not shipping.ships_by_value("pyspark.sql", sys.modules["pyspark.sql"])
     assert not shipping.ships_by_value("sys", sys)  # built in
+
+
+def test_an_import_inside_the_function_that_fails_on_a_worker_names_the_module():
+    from sparkstate.group_state import GroupState, run_call
+
+    def enrich(user, rows, state):
+        import shop_catalogue_not_installed  # noqa: F401  (run at call time, on the worker)
+
+    with pytest.raises(ss.UserFunctionError) as err:
+        run_call(enrich, "u1", iter(()), GroupState(), flat=False, old_timeout_ms=None, keep_expired_state=False)
+    assert str(err.value) == (
+        "the state function 'enrich' raised ModuleNotFoundError: No module named 'shop_catalogue_not_installed'"
+        " (key 'u1'): the Python workers cannot import 'shop_catalogue_not_installed'. Import it at the top of"
+        " the function's module (a module that is not installed then travels with the query), install it on the"
+        " workers, or ship it with spark-submit --py-files.")

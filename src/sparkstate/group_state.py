@@ -302,6 +302,14 @@ def run_call(
     except _ArgumentError as exc:
         # A bad argument to a state method: the ValueError the contract names, with the key.
         raise ValueError(f"{exc} (key {key!r})") from exc
+    except ModuleNotFoundError as exc:
+        # An import run inside the function, on a worker that lacks the module.
+        raise UserFunctionError(
+            f"the state function {getattr(func, '__name__', func)!r} raised {type(exc).__name__}: {exc}"
+            f" (key {key!r}): the Python workers cannot import {exc.name!r}. Import it at the top of the"
+            " function's module (a module that is not installed then travels with the query), install it"
+            " on the workers, or ship it with spark-submit --py-files."
+        ) from exc
     except Exception as exc:
         raise UserFunctionError(
             f"the state function {getattr(func, '__name__', func)!r} raised {type(exc).__name__}: {exc}"
