@@ -1,0 +1,336 @@
+"""Event-time sessionize does not depend on arrival order or micro-batch boundaries.
+
+Every test feeds events in an order in which no event is at or behind the watermark of the
+micro-batch that reads it (Spark's watermark: the latest event time of the earlier batches minus
+the delay), and expects exactly the reference sessions of the sorted events
+(:func:`sparkstate.io.reference_sessions`), final at the last watermark. Many orders go through
+the group function on the no-Spark harness (the same ``run_call`` both engines use); a few go
+through real Spark streams on each engine, one of them restarted from its checkpoint mid-stream.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from sparkstate.group_state import GroupStateTimeout
+from sparkstate.io import EVENT_SCHEMA, Event, Session, generate_events, reference_sessions
+from sparkstate.pipelines import sessionize
+from sparkstate.pipelines.sessionize import OpenSession, _Sessionizer
+from sparkstate.testing import GroupStateHarness
+
+from ..streams import LandingDir
+
+GAP_MS = 60_000
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+ENGINES = ["tws", "batched"]
+
+
+def _ms(t: datetime) -> int:
+    return round((t - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds() * 1000)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def disordered(events: list[Event], delay_ms: int, rng: random.Random, batches: int) -> list[list[Event]]:
+    """``events`` as micro-batches in an arrival order that keeps every event ahead of the
+    watermark of its batch: each event arrives up to ``delay_ms - 1`` after its own time (so
+    everything read before it is at most that much later), the batch cuts are random, and the
+    order inside a batch is shuffled."""
+    arrival = sorted(events, key=lambda e: _ms(e.event_time) + rng.randrange(delay_ms))
+    cuts = sorted(rng.sample(range(1, len(arrival)), min(batches, len(arrival)) - 1)) if len(arrival) > 1 else []
+    out = [arrival[a:b] for a, b in zip([0, *cuts], [*cuts, len(arrival)])]
+    for batch in out:
+        rng.shuffle(batch)
+    return out
+
+
+def watermarks(batches: list[list[Event]], delay_ms: int) -> list[int]:
+    """Spark's watermark for each batch, then the final one (the no-data batch after the last)."""
+    out, seen, wm = [], None, 0
+    for batch in [*batches, []]:
+        if seen is not None:
+            wm = max(wm, seen - delay_ms)
+        out.append(wm)
+        for e in batch:
+            seen = _ms(e.event_time) if seen is None else max(seen, _ms(e.event_time))
+    return out
+
+
+def harness(emit_on_last: bool = False) -> GroupStateHarness:
+    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit_on_last=emit_on_last)
+    return GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
+
+
+def run_harness(batches: list[list[Event]], delay_ms: int, h: GroupStateHarness | None = None
+                ) -> tuple[list[Session], int, GroupStateHarness]:
+    """Run ``batches`` as micro-batches, then the final no-data batch; the sessions and final watermark."""
+    h = h or harness()
+    wms = watermarks(batches, delay_ms)
+    rows = []
+    for batch, wm in zip(batches, wms):
+        by_key: dict[str, list] = {}
+        for e in batch:
+            assert _ms(e.event_time) > wm, "the test's order put an event behind the watermark"
+            by_key.setdefault(e.user_id, []).append((e.user_id, e.event_time, e.data, e.is_last))
+        rows += h.run_batch(by_key, watermark=wm)
+    rows += h.run_batch({}, watermark=wms[-1])
+    return [_session(r) for r in rows], wms[-1], h
+
+
+def _session(r: tuple) -> Session:
+    return Session(r[0], r[1], r[2], r[3], tuple(r[4]), r[5])
+
+
+def ordered(sessions) -> list[Session]:
+    return sorted(sessions, key=lambda s: (s.user_id, s.session_start, s.session_end, s.events))
+
+
+def open_in_state(h: GroupStateHarness) -> list[tuple[str, int, int, tuple]]:
+    out = []
+    for k in h.keys():
+        st = h.peek_state(k)
+        if st is not None:
+            for s in (st, *st.later):
+                out.append((k, s.start_ms, s.end_ms, tuple(s.events)))
+    return sorted(out)
+
+
+def as_open(sessions) -> list[tuple[str, int, int, tuple]]:
+    return sorted((s.user_id, _ms(s.session_start), _ms(s.session_end), s.events) for s in sessions)
+
+
+# --- many orders on the harness -----------------------------------------------------------------
+
+def crafted() -> list[Event]:
+    """One user with every case by name, beside generated users."""
+    return [
+        # bridge-merge: b falls between a and c, which are more than gap apart
+        Event("crafted", at(0), "a"), Event("crafted", at(50), "b"), Event("crafted", at(100), "c"),
+        # a flag, then an earlier event of the same session, then a flagged one inside it
+        Event("crafted", at(300), "d"), Event("crafted", at(320), "e"), Event("crafted", at(340), "f", True),
+        Event("crafted", at(330), "g", True),
+        # equal times: an unflagged event before a flagged one, then by data
+        Event("crafted", at(500), "z", True), Event("crafted", at(500), "y"), Event("crafted", at(500), "x", True),
+        # one long session (55 s steps over 20 minutes)
+        *[Event("crafted", at(700 + 55 * i), f"long{i:02d}") for i in range(22)],
+    ]
+
+
+@pytest.mark.parametrize("delay_s", [10, 45, 200])
+def test_every_order_and_batch_split_within_the_watermark_gives_the_reference(delay_s):
+    events = generate_events(90, users=4, seed=3, last_share=0.4) + crafted()
+    delay_ms = delay_s * 1000
+    expected_all = reference_sessions(events, "1 minute")
+    for seed in range(120):
+        rng = random.Random(seed)
+        batches = disordered(events, delay_ms, rng, batches=rng.randint(1, 25))
+        got, final_wm, h = run_harness(batches, delay_ms)
+        expected = ordered(reference_sessions(events, "1 minute", watermark=final_wm))
+        assert ordered(got) == expected, f"order seed {seed}"
+        assert len(set(got)) == len(got)  # each session once
+        # the rest is exactly what is still open, in the state
+        assert open_in_state(h) == as_open(set(expected_all) - set(expected)), f"order seed {seed}"
+
+
+def test_the_orders_exercise_what_they_should():
+    """Disorder the size of the watermark delay makes the merges happen (not only ordered input)."""
+    events = crafted()
+    rng = random.Random(1)
+    seen_bridge = False
+    for _ in range(50):
+        batches = disordered(events, 200_000, rng, batches=20)
+        first = [e.data for b in batches for e in b]
+        if first.index("b") > max(first.index("a"), first.index("c")):
+            seen_bridge = True
+    assert seen_bridge
+
+
+def test_an_ordered_stream_with_emit_on_last_emits_flags_at_once():
+    events = generate_events(120, users=3, seed=8, last_share=0.5)
+    batches = [events[i:i + 10] for i in range(0, len(events), 10)]
+    got, final_wm, _ = run_harness(batches, 10_000, harness(emit_on_last=True))
+    assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm, emit_on_last=True))
+    # each flagged session comes out in the batch that reads its flag; by default, once the watermark passes it
+    for eager, same_batch in ((True, True), (False, False)):
+        h = harness(emit_on_last=eager)
+        flagged_in_own_batch = []
+        for batch, wm in zip(batches, watermarks(batches, 10_000)):
+            by_key: dict[str, list] = {}
+            for e in batch:
+                by_key.setdefault(e.user_id, []).append((e.user_id, e.event_time, e.data, e.is_last))
+            flags = {(e.user_id, e.event_time) for e in batch if e.is_last}
+            flagged_in_own_batch += [(r[0], r[2]) in flags for r in h.run_batch(by_key, watermark=wm)
+                                     if r[5] == "last_event"]
+        assert flagged_in_own_batch and all(x == same_batch for x in flagged_in_own_batch)
+
+
+# --- the cases by name ---------------------------------------------------------------------------
+
+def feed(h: GroupStateHarness, wm: int, *events: Event) -> list[Session]:
+    by_key: dict[str, list] = {}
+    for e in events:
+        by_key.setdefault(e.user_id, []).append((e.user_id, e.event_time, e.data, e.is_last))
+    return [_session(r) for r in h.run_batch(by_key, watermark=wm)]
+
+
+def brief(sessions) -> list[tuple]:
+    return [(s.events, s.closed_by) for s in sessions]
+
+
+def test_bridge_merge():
+    h = harness()
+    assert feed(h, 0, Event("u", at(0), "a"), Event("u", at(100), "c")) == []
+    assert [tuple(s.events) for s in (h.peek_state("u"), *h.peek_state("u").later)] == [("a",), ("c",)]
+    assert feed(h, _ms(at(10)), Event("u", at(50), "b")) == []
+    assert h.peek_state("u").later == [] and h.peek_state("u").events == ["a", "b", "c"]
+    assert brief(feed(h, _ms(at(160.001)))) == [(("a", "b", "c"), "timeout")]
+    assert h.peek_state("u") is None
+
+
+def test_backward_extension():
+    h = harness()
+    feed(h, 0, Event("u", at(100), "b"))
+    feed(h, _ms(at(45)), Event("u", at(50), "a"))  # ahead of the watermark, 50 s before b
+    st = h.peek_state("u")
+    assert (st.start_ms, st.end_ms, st.events, st.times) == (_ms(at(50)), _ms(at(100)), ["a", "b"],
+                                                              [_ms(at(50)), _ms(at(100))])
+    assert h.peek_timeout_ms("u") == _ms(at(160))
+    assert feed(h, _ms(at(160))) == []  # the timeout fires strictly after end + gap
+    assert brief(feed(h, _ms(at(160)) + 1)) == [(("a", "b"), "timeout")]
+
+
+def test_last_flag_then_an_earlier_event():
+    h = harness()
+    assert feed(h, 0, Event("u", at(0), "a"), Event("u", at(30), "c", True)) == []  # waits for the watermark
+    assert h.peek_state("u").closed and h.peek_timeout_ms("u") == _ms(at(30))
+    feed(h, _ms(at(5)), Event("u", at(20), "b"))  # joins the closed session before its flag
+    feed(h, _ms(at(6)), Event("u", at(10), "x", True))  # a flag inside it splits it
+    assert brief(feed(h, _ms(at(30)))) == [(("a", "x"), "last_event")]  # past x, not yet past c
+    assert brief(feed(h, _ms(at(30)) + 1)) == [(("b", "c"), "last_event")]
+    assert h.peek_state("u") is None
+
+
+def test_a_session_spanning_many_batches_is_emitted_once():
+    h = harness()
+    out = []
+    for i in range(30):  # one event every 50 s, each batch's watermark 40 s behind
+        out += feed(h, max(0, _ms(at(50 * i - 40))), Event("u", at(50 * i), f"e{i}"))
+    assert out == []
+    out += feed(h, _ms(at(50 * 29 + 60)) + 1)
+    assert brief(out) == [(tuple(f"e{i}" for i in range(30)), "timeout")]
+
+
+def test_equal_times_do_not_depend_on_arrival_order():
+    rows = [Event("u", at(0), "p"), Event("u", at(0), "q", True), Event("u", at(0), "n", True)]
+    results = set()
+    for order in ([0, 1, 2], [2, 1, 0], [1, 0, 2]):
+        h = harness()
+        feed(h, 0, *[rows[i] for i in order])
+        results.add(tuple(brief(feed(h, _ms(at(1))))))
+    assert results == {((("p", "n"), "last_event"), (("q",), "last_event"))}
+    assert [(s.events, s.closed_by) for s in reference_sessions(rows)] == list(results)[0]
+
+
+def test_an_event_at_the_watermark_is_late():
+    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True)
+    h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
+    wm = _ms(at(100))
+    out = h.run_batch({"u": [("u", at(100), "at", False, None), ("u", at(100.001), "after", False, None),
+                             ("u", at(99), "before", False, None)]}, watermark=wm)
+    reasons = sorted(r[6][0] for r in out)
+    assert reasons == ["late: event_time 2024-01-01T00:01:39.000Z is older than the watermark 2024-01-01T00:01:40.000Z",
+                       "late: event_time 2024-01-01T00:01:40.000Z is at the watermark 2024-01-01T00:01:40.000Z"]
+    assert h.peek_state("u").events == ["after"]
+
+
+def test_a_state_of_the_previous_layout_reads_back_and_keeps_its_session():
+    """An old checkpoint's state (one session: start, end, events; no times) goes on."""
+    h = harness()
+    h.set_state("u", OpenSession(_ms(at(0)), _ms(at(100)), ["a", "b", "c"]), _ms(at(160)))
+    feed(h, _ms(at(90)), Event("u", at(150), "d"))
+    assert h.peek_state("u").times == [_ms(at(0)), _ms(at(50)), _ms(at(100)), _ms(at(150))]
+    assert brief(feed(h, _ms(at(210)) + 1)) == [(("a", "b", "c", "d"), "timeout")]
+
+
+# --- real Spark streams, both engines -----------------------------------------------------------
+
+def _rows(batch: list[Event]) -> list[dict]:
+    return [{"user_id": e.user_id, "event_time": e.event_time, "data": e.data, "is_last": e.is_last} for e in batch]
+
+
+def _collect(spark, out, checkpoint, into: list) -> str:
+    def sink(df, batch_id):
+        into.extend(_session_row(r) for r in df.collect())
+
+    q = out.writeStream.outputMode("append").foreachBatch(sink).option("checkpointLocation", str(checkpoint)).start()
+    try:
+        q.processAllAvailable()  # event time: idle once the last watermark advance has fired
+        return q.lastProgress["eventTime"]["watermark"]
+    finally:
+        q.stop()
+
+
+def _session_row(r) -> Session:
+    return Session.from_row(r)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_shuffled_streams_on_spark_equal_the_reference_and_restart_mid_stream(spark, tmp_path, engine):
+    delay_ms = 150_000
+    events = generate_events(70, users=3, seed=21, last_share=0.4) + crafted()
+    batches = disordered(events, delay_ms, random.Random(5), batches=8)
+    wms = watermarks(batches, delay_ms)
+    assert all(_ms(e.event_time) > wm for b, wm in zip(batches, wms) for e in b)
+
+    landing = LandingDir(tmp_path / "in")
+    got: list[Session] = []
+    for b in batches[:4]:
+        landing.add(_rows(b))
+
+    def query():
+        stream = landing.stream(spark, EVENT_SCHEMA)
+        return sessionize(stream, gap="1 minute", watermark=f"{delay_ms} milliseconds", engine=engine,
+                          checkpoint=tmp_path / "ck")
+
+    _collect(spark, query(), tmp_path / "ck", got)
+    import sparkstate as ss
+
+    assert ss.state.keys(spark, tmp_path / "ck") > 0  # open sessions wait in the checkpoint
+    for b in batches[4:]:
+        landing.add(_rows(b))
+    wm_text = _collect(spark, query(), tmp_path / "ck", got)  # restarted on the same checkpoint
+    final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert _ms(final_wm) == wms[-1]
+    expected = reference_sessions(events, "1 minute", watermark=final_wm)
+    assert ordered(got) == ordered(expected)
+    assert len(got) > 20 and {"last_event", "timeout"} <= {s.closed_by for s in got}
+
+    # what is left in the state is exactly the still-open sessions
+    stored = ss.state.read(spark, tmp_path / "ck").collect()
+    still_open = set(reference_sessions(events, "1 minute")) - set(expected)
+    got_open = sorted((r.user_id, r.start_ms, r.end_ms, tuple(r.events)) for r in stored) + sorted(
+        (r.user_id, s.start_ms, s.end_ms, tuple(s.events)) for r in stored for s in (r.later or []))
+    assert sorted(got_open) == as_open(still_open) and still_open
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_another_shuffled_order_on_spark_equals_the_reference(spark, tmp_path, engine):
+    delay_ms = 40_000
+    events = generate_events(60, users=4, seed=33, last_share=0.5) + [
+        replace(e, user_id="crafted2") for e in crafted()]
+    batches = disordered(events, delay_ms, random.Random(11), batches=6)
+    landing = LandingDir(tmp_path / "in")
+    for b in batches:
+        landing.add(_rows(b))
+    got: list[Session] = []
+    stream = landing.stream(spark, EVENT_SCHEMA)
+    wm_text = _collect(spark, sessionize(stream, gap="1 minute", watermark=f"{delay_ms} milliseconds",
+                                         engine=engine), tmp_path / "ck", got)
+    final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
