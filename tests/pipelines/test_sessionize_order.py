@@ -234,7 +234,7 @@ def test_equal_times_do_not_depend_on_arrival_order():
         feed(h, 0, *[rows[i] for i in order])
         results.add(tuple(brief(feed(h, _ms(at(1))))))
     assert results == {((("p", "n"), "last_event"), (("q",), "last_event"))}
-    assert [(s.events, s.closed_by) for s in reference_sessions(rows)] == list(results)[0]
+    assert tuple((s.events, s.closed_by) for s in reference_sessions(rows)) == list(results)[0]
 
 
 def test_an_event_at_the_watermark_is_late():
