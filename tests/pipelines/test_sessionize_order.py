@@ -334,3 +334,51 @@ def test_another_shuffled_order_on_spark_equals_the_reference(spark, tmp_path, e
                                          engine=engine), tmp_path / "ck", got)
     final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
     assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_checkpoint_of_the_single_session_layout_restarts(spark, tmp_path, engine):
+    """A checkpoint whose state has the previous layout (one session: start, end, events) goes on
+    under the new sessionize: the added fields read back as their defaults."""
+    from dataclasses import dataclass, field
+
+    from pyspark.sql import functions as F
+
+    import sparkstate as ss
+
+    @dataclass
+    class OldSession:  # the state sessionize kept before several open sessions per key
+        start_ms: int | None = None
+        end_ms: int | None = None
+        events: list[str] = field(default_factory=list)
+
+    def old(key, rows, state):
+        s = state.getOption or OldSession()
+        for r in rows:
+            t = _ms(r[1].replace(tzinfo=timezone.utc) if r[1].tzinfo is None else r[1])
+            s.start_ms = t if s.start_ms is None else min(s.start_ms, t)
+            s.end_ms = t if s.end_ms is None else max(s.end_ms, t)
+            s.events.append(r[2])
+        state.update(s)
+        state.setTimeoutTimestamp(s.end_ms + GAP_MS)
+        return []
+
+    landing = LandingDir(tmp_path / "in")
+    landing.add(_rows([Event("u", at(0), "a"), Event("u", at(50), "b"), Event("u", at(100), "c")]))
+    stream = landing.stream(spark, EVENT_SCHEMA)
+    df = stream.withWatermark("event_time", "10 seconds").select(
+        F.col("user_id"), F.col("event_time"), F.col("data").cast("string"), F.coalesce(F.col("is_last"), F.lit(False)))
+    schema = sessionize(stream)._jdf.schema().json()  # the output type: sessionize's
+    from pyspark.sql.types import StructType
+    import json
+
+    before = ss.flat_map_groups_with_state(df, "user_id", old, OldSession, StructType.fromJson(json.loads(schema)),
+                                           timeout="EventTimeTimeout", output_mode="append", engine=engine)
+    assert _collect(spark, before, tmp_path / "ck", []) is not None
+    assert [r.events for r in ss.state.read(spark, tmp_path / "ck").collect()] == [["a", "b", "c"]]
+
+    landing.add(_rows([Event("u", at(140), "d"), Event("v", at(400), "x")]))
+    got: list[Session] = []
+    _collect(spark, sessionize(landing.stream(spark, EVENT_SCHEMA), watermark="10 seconds", engine=engine,
+                               checkpoint=tmp_path / "ck"), tmp_path / "ck", got)
+    assert [(s.user_id, s.events, s.closed_by) for s in got] == [("u", ("a", "b", "c", "d"), "timeout")]
