@@ -309,7 +309,7 @@ def test_shuffled_streams_on_spark_equal_the_reference_and_restart_mid_stream(sp
     assert _ms(final_wm) == wms[-1]
     expected = reference_sessions(events, "1 minute", watermark=final_wm)
     assert ordered(got) == ordered(expected)
-    assert len(got) > 20 and {"last_event", "timeout"} <= {s.closed_by for s in got}
+    assert len(got) >= 15 and {"last_event", "timeout"} <= {s.closed_by for s in got}
 
     # what is left in the state is exactly the still-open sessions
     stored = ss.state.read(spark, tmp_path / "ck").collect()
