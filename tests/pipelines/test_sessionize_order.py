@@ -382,3 +382,27 @@ def test_a_checkpoint_of_the_single_session_layout_restarts(spark, tmp_path, eng
     _collect(spark, sessionize(landing.stream(spark, EVENT_SCHEMA), watermark="10 seconds", engine=engine,
                                checkpoint=tmp_path / "ck"), tmp_path / "ck", got)
     assert [(s.user_id, s.events, s.closed_by) for s in got] == [("u", ("a", "b", "c", "d"), "timeout")]
+
+
+def test_open_sessions_move_through_export_and_initial_state(spark, tmp_path):
+    """Open sessions exported from one query (batched engine) start another (tws engine)."""
+    import sparkstate as ss
+
+    delay_ms = 150_000
+    events = generate_events(50, users=3, seed=40, last_share=0.4) + crafted()
+    batches = disordered(events, delay_ms, random.Random(8), batches=6)
+    got: list[Session] = []
+    first, second = LandingDir(tmp_path / "in1"), LandingDir(tmp_path / "in2")
+    for b in batches[:3]:
+        first.add(_rows(b))
+    for b in batches[3:]:
+        second.add(_rows(b))
+    wm = f"{delay_ms} milliseconds"
+    _collect(spark, sessionize(first.stream(spark, EVENT_SCHEMA), watermark=wm, engine="batched"), tmp_path / "ck1", got)
+    assert ss.state.export(spark, tmp_path / "ck1", tmp_path / "state.parquet") > 0
+    initial = spark.read.parquet(str(tmp_path / "state.parquet"))
+    assert "later" in initial.columns and "times" in initial.columns
+    wm_text = _collect(spark, sessionize(second.stream(spark, EVENT_SCHEMA), watermark=wm, engine="tws",
+                                         initial_state=initial), tmp_path / "ck2", got)
+    final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
