@@ -111,8 +111,8 @@ def prepare_out_dir(out: str | Path) -> Path:
 
 
 def _open_sessions(spark: Any, checkpoint: Path) -> int:
-    """Sessions left open in the checkpoint's state: each key's earliest open session and its ``later`` ones
-    (the store's row count is not keys for every engine)."""
+    """Sessions left open in the checkpoint's state: ``sizes`` has one entry per open session of a key (a
+    state of an earlier sparkstate, without it, holds one); the store's row count is not keys for every engine."""
     from pyspark.sql import functions as F
 
     from .state.read import read
@@ -120,7 +120,7 @@ def _open_sessions(spark: Any, checkpoint: Path) -> int:
     state = read(spark, checkpoint)
     if state.isEmpty():
         return 0
-    n = state.select(F.sum(F.when(F.size("events") > 0, 1).otherwise(0) + F.coalesce(F.size("later"), F.lit(0))))
+    n = state.select(F.sum(F.when(F.size("sizes") > 0, F.size("sizes")).when(F.size("events") > 0, 1).otherwise(0)))
     return int(n.first()[0] or 0)
 
 

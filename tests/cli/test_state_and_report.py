@@ -22,8 +22,8 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     capsys.readouterr()
 
     # The open sessions a person expects: the sessions the reference has that are not finished
-    # by the final watermark (the last event's time, delay 0). A key shows its earliest open
-    # session in the top fields and the others in `later`.
+    # by the final watermark (the last event's time, delay 0). A key shows the events of its
+    # open sessions one after another, `sizes` saying how many each session has.
     watermark = max(e.event_time for e in events)
     finished = set(reference_sessions(events, GAP, watermark=watermark))
     expected_open = {(s.user_id, s.event_count, s.events) for s in reference_sessions(events, GAP)
@@ -32,9 +32,14 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
 
     assert main(["state", "show", str(ck), "--json", "--limit", "0"]) == 0
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    sessions = [(r["user_id"], s) for r in shown for s in [r, *(r["later"] or [])]]
-    assert {(user, len(s["events"]), tuple(s["events"])) for user, s in sessions} == expected_open
-    assert all(len(s["times"]) == len(s["events"]) for _, s in sessions)
+    sessions = []
+    for r in shown:
+        assert len(r["times"]) == len(r["events"]) == sum(r["sizes"]) and len(r["closed"]) == len(r["sizes"])
+        pos = 0
+        for size in r["sizes"]:
+            sessions.append((r["user_id"], size, tuple(r["events"][pos:pos + size])))
+            pos += size
+    assert set(sessions) == expected_open and len(sessions) == len(expected_open)
     assert all(r["timeout_ms"] is not None for r in shown)
     expected_keys = {user for user, _, _ in expected_open}
 

@@ -96,8 +96,8 @@ def open_in_state(h: GroupStateHarness) -> list[tuple[str, int, int, tuple]]:
     for k in h.keys():
         st = h.peek_state(k)
         if st is not None:
-            for s in (st, *st.later):
-                out.append((k, s.start_ms, s.end_ms, tuple(s.events)))
+            for times, data, _ in st.sessions():
+                out.append((k, times[0], times[-1], tuple(data)))
     return sorted(out)
 
 
@@ -186,9 +186,10 @@ def brief(sessions) -> list[tuple]:
 def test_bridge_merge():
     h = harness()
     assert feed(h, 0, Event("u", at(0), "a"), Event("u", at(100), "c")) == []
-    assert [tuple(s.events) for s in (h.peek_state("u"), *h.peek_state("u").later)] == [("a",), ("c",)]
+    assert [tuple(d) for _, d, _ in h.peek_state("u").sessions()] == [("a",), ("c",)]
+    assert h.peek_state("u").sizes == [1, 1]
     assert feed(h, _ms(at(10)), Event("u", at(50), "b")) == []
-    assert h.peek_state("u").later == [] and h.peek_state("u").events == ["a", "b", "c"]
+    assert h.peek_state("u").sizes == [3] and h.peek_state("u").events == ["a", "b", "c"]
     assert brief(feed(h, _ms(at(160.001)))) == [(("a", "b", "c"), "timeout")]
     assert h.peek_state("u") is None
 
@@ -198,8 +199,8 @@ def test_backward_extension():
     feed(h, 0, Event("u", at(100), "b"))
     feed(h, _ms(at(45)), Event("u", at(50), "a"))  # ahead of the watermark, 50 s before b
     st = h.peek_state("u")
-    assert (st.start_ms, st.end_ms, st.events, st.times) == (_ms(at(50)), _ms(at(100)), ["a", "b"],
-                                                              [_ms(at(50)), _ms(at(100))])
+    assert (st.start_ms, st.end_ms, st.events, st.times, st.sizes, st.closed) == (
+        _ms(at(50)), _ms(at(100)), ["a", "b"], [_ms(at(50)), _ms(at(100))], [2], [False])
     assert h.peek_timeout_ms("u") == _ms(at(160))
     assert feed(h, _ms(at(160))) == []  # the timeout fires strictly after end + gap
     assert brief(feed(h, _ms(at(160)) + 1)) == [(("a", "b"), "timeout")]
@@ -208,7 +209,7 @@ def test_backward_extension():
 def test_last_flag_then_an_earlier_event():
     h = harness()
     assert feed(h, 0, Event("u", at(0), "a"), Event("u", at(30), "c", True)) == []  # waits for the watermark
-    assert h.peek_state("u").closed and h.peek_timeout_ms("u") == _ms(at(30))
+    assert h.peek_state("u").closed == [True] and h.peek_timeout_ms("u") == _ms(at(30))
     feed(h, _ms(at(5)), Event("u", at(20), "b"))  # joins the closed session before its flag
     feed(h, _ms(at(6)), Event("u", at(10), "x", True))  # a flag inside it splits it
     assert brief(feed(h, _ms(at(30)))) == [(("a", "x"), "last_event")]  # past x, not yet past c
@@ -314,8 +315,8 @@ def test_shuffled_streams_on_spark_equal_the_reference_and_restart_mid_stream(sp
     # what is left in the state is exactly the still-open sessions
     stored = ss.state.read(spark, tmp_path / "ck").collect()
     still_open = set(reference_sessions(events, "1 minute")) - set(expected)
-    got_open = sorted((r.user_id, r.start_ms, r.end_ms, tuple(r.events)) for r in stored) + sorted(
-        (r.user_id, s.start_ms, s.end_ms, tuple(s.events)) for r in stored for s in (r.later or []))
+    got_open = [(r.user_id, times[0], times[-1], tuple(data)) for r in stored
+                for times, data, _ in OpenSession(r.start_ms, r.end_ms, r.events, r.times, r.sizes, r.closed).sessions()]
     assert sorted(got_open) == as_open(still_open) and still_open
 
 
@@ -401,7 +402,7 @@ def test_open_sessions_move_through_export_and_initial_state(spark, tmp_path):
     _collect(spark, sessionize(first.stream(spark, EVENT_SCHEMA), watermark=wm, engine="batched"), tmp_path / "ck1", got)
     assert ss.state.export(spark, tmp_path / "ck1", tmp_path / "state.parquet") > 0
     initial = spark.read.parquet(str(tmp_path / "state.parquet"))
-    assert "later" in initial.columns and "times" in initial.columns
+    assert {"times", "sizes", "closed"} <= set(initial.columns)
     wm_text = _collect(spark, sessionize(second.stream(spark, EVENT_SCHEMA), watermark=wm, engine="tws",
                                          initial_state=initial), tmp_path / "ck2", got)
     final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)

@@ -79,38 +79,26 @@ def _floor_ms(t: datetime) -> int:
 
 
 @dataclass
-class OpenSpan:
-    """One open session of a key after its earliest (see :class:`OpenSession`)."""
-
-    start_ms: int | None = None
-    end_ms: int | None = None
-    events: list[str] = field(default_factory=list)
-    times: list[int] = field(default_factory=list)
-    closed: bool = False
-
-
-@dataclass
 class OpenSession:
-    """The state of one key: its open sessions, in event-time order (times in epoch ms).
+    """The state of one key: its open sessions, one after another in event-time order.
 
-    The fields describe the key's earliest open session: ``start_ms``/``end_ms`` (its first and
-    last event times), ``events`` (the events' data, in session order), ``times`` (each event's
-    time, event time only) and ``closed`` (it ends with a last-flag event, so it only waits for
-    the watermark to pass its end). ``later`` holds the key's other open sessions, each in the
-    same shape (:class:`OpenSpan`), in time order. In processing time a key has one session and
-    ``times`` stays empty.
+    ``events`` holds the data of every open event, session after session; ``times`` each one's
+    time (epoch ms; event time only); ``sizes`` how many of them each open session has, and
+    ``closed`` whether it ends with a last-flag event (then it only waits for the watermark to
+    pass its end). ``start_ms``/``end_ms`` are the first and last of those times. In processing
+    time a key has one session and ``times``, ``sizes`` and ``closed`` stay empty.
 
-    A state written by an earlier sparkstate (one session, no ``times``) reads back with
-    ``times`` empty; event-time sessionize then spreads its events evenly between its start and
-    end (their own times were not stored).
+    A state written by an earlier sparkstate (one session, no ``times``) reads back with the
+    three lists empty; event-time sessionize takes it as one session and spreads its events'
+    times evenly between its start and end (they were not stored).
     """
 
     start_ms: int | None = None
     end_ms: int | None = None
     events: list[str] = field(default_factory=list)
     times: list[int] = field(default_factory=list)
-    closed: bool = False
-    later: list[OpenSpan] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    closed: list[bool] = field(default_factory=list)
 
     def add(self, t_ms: int | None, data: str | None) -> None:
         """Append an event (processing time: arrival order)."""
@@ -119,20 +107,40 @@ class OpenSession:
             self.end_ms = t_ms if self.end_ms is None else max(self.end_ms, t_ms)
         self.events.append(data)
 
+    def sessions(self) -> list[tuple[list[int], list, bool]]:
+        """The open sessions as ``(times, events, closed)``."""
+        events = self.events or []
+        n = len(events)
+        times = self.times or []
+        if len(times) != n:  # written before times were stored: spread them over the session
+            start = self.start_ms if self.start_ms is not None else (self.end_ms or 0)
+            end = self.end_ms if self.end_ms is not None else start
+            times = [start] if n == 1 else [start + (end - start) * i // (n - 1) for i in range(n)]
+        sizes = self.sizes or [n]
+        closed = self.closed or [False] * len(sizes)
+        out = []
+        pos = 0
+        for size, c in zip(sizes, closed):
+            out.append((times[pos:pos + size], events[pos:pos + size], bool(c)))
+            pos += size
+        return out
+
     def pending(self) -> list[tuple[int, bool, str | None]]:
         """Every event of the open sessions as ``(time, last, data)``, in session order."""
-        out: list[tuple[int, bool, str | None]] = []
-        for s in (self, *self.later):
-            events = s.events or []
-            times = s.times or []
-            n = len(events)
-            if len(times) != n:  # written before times were stored: spread them over the session
-                start = s.start_ms if s.start_ms is not None else (s.end_ms or 0)
-                end = s.end_ms if s.end_ms is not None else start
-                times = [end] if n == 1 else [start + (end - start) * i // (n - 1) for i in range(n)]
-            last_i = n - 1 if s.closed else -1
-            out.extend((t, i == last_i, d) for i, (t, d) in enumerate(zip(times, events)))
-        return out
+        events = self.events or []
+        n = len(events)
+        times = self.times
+        sizes = self.sizes
+        if not sizes or not times or len(times) != n:
+            return [(t, c and i == len(ts) - 1, d) for ts, ds, c in self.sessions()
+                    for i, (t, d) in enumerate(zip(ts, ds))]
+        lasts = [False] * n
+        pos = 0
+        for size, c in zip(sizes, self.closed or ()):
+            pos += size
+            if c:
+                lasts[pos - 1] = True
+        return list(zip(times, lasts, events))
 
 
 def _event_order(e: tuple[int, bool, str | None]) -> tuple:
@@ -264,10 +272,19 @@ class _Sessionizer:
             if state.exists:
                 state.remove()
             return out
-        times, data, closed = rest[0]
-        state.update(OpenSession(times[0], times[-1], data, times, closed,
-                                 [OpenSpan(t[0], t[-1], d, t, c) for t, d, c in rest[1:]]))
+        if len(rest) == 1:
+            times, data, closed = rest[0]
+            state.update(OpenSession(times[0], times[-1], data, times, [len(times)], [closed]))
+        else:
+            all_t: list[int] = []
+            all_d: list = []
+            for times, data, _ in rest:
+                all_t += times
+                all_d += data
+            state.update(OpenSession(all_t[0], all_t[-1], all_d, all_t, [len(t) for t, _, _ in rest],
+                                     [c for _, _, c in rest]))
         # The earliest open session is the first to become final.
+        times, _, closed = rest[0]
         state.setTimeoutTimestamp(times[-1] if closed else times[-1] + gap)
         return out
 
@@ -520,4 +537,4 @@ def sessionize(
     )
 
 
-__all__ = ["LATE_MODES", "Late", "OpenSession", "OpenSpan", "REJECTED", "TimeMode", "iso_ms", "sessionize"]
+__all__ = ["LATE_MODES", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]
