@@ -67,8 +67,8 @@ class TwsSessionizer(StatefulProcessor):
     Input rows: ``(user_id, event_time, data, is_last)`` with a watermark. A key's pending events
     (every open session's, as flat lists) are one ValueState; each call sorts them with the new
     ones (time, unflagged before flagged, data), splits them after a flag or where the next event
-    is more than ``gap`` later, emits the leading sessions that are final (the watermark past the
-    end, or past end + gap unless closed by a flag) and keeps the rest, with a timer for the
+    is more than ``gap`` later, emits the leading sessions that are final (the watermark at or past
+    the end of one closed by a flag, past end + gap otherwise) and keeps the rest, with a timer for the
     first of them: transformWithState fires a timer once the watermark reaches it, GroupState
     strictly after, so the timer is registered 1 ms later.
     """
@@ -110,7 +110,7 @@ class TwsSessionizer(StatefulProcessor):
         out = []
         i = 0
         for times, data, closed in sessions:
-            if (times[-1] if closed else times[-1] + self.gap_ms) >= watermark:
+            if (times[-1] - 1 if closed else times[-1] + self.gap_ms) >= watermark:
                 break
             out.append(self._row(k, times, data, closed))
             i += 1
@@ -122,7 +122,7 @@ class TwsSessionizer(StatefulProcessor):
                     self.handle.deleteTimer(timer)
             return iter(out)
         times, data, closed = rest[0]
-        due = (times[-1] if closed else times[-1] + self.gap_ms) + 1
+        due = (times[-1] - 1 if closed else times[-1] + self.gap_ms) + 1
         if due != timer:
             if timer is not None:
                 self.handle.deleteTimer(timer)

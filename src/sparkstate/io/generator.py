@@ -265,7 +265,7 @@ def reference_sessions(
 
     ``watermark`` (epoch ms or a datetime): only the sessions that are final at that watermark,
     as event-time ``sessionize`` emits them: a ``"timeout"`` session once ``end + gap <
-    watermark``, a ``"last_event"`` one once ``end < watermark`` (always, with
+    watermark``, a ``"last_event"`` one once ``end <= watermark`` (always, with
     ``emit_on_last``). Without it the input is taken as complete and every session is returned.
 
     >>> t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -277,7 +277,7 @@ def reference_sessions(
     2
     >>> len(reference_sessions(evs, gap="1 minute", watermark=t0 + timedelta(minutes=7)))
     3
-    >>> len(reference_sessions(evs, gap="1 minute", watermark=t0 + timedelta(seconds=30)))  # 'b' is not past it yet
+    >>> len(reference_sessions(evs, gap="1 minute", watermark=t0 + timedelta(seconds=29)))  # not yet at 'b'
     0
     """
     gap_td = timedelta(milliseconds=positive_ms(gap, "reference_sessions: gap"))
@@ -302,7 +302,7 @@ def reference_sessions(
             sessions.append(_session(user, current, "timeout"))
         for s in sessions:
             if until is None or (s.session_end + gap_td < until if s.closed_by == "timeout"
-                                 else emit_on_last or s.session_end < until):
+                                 else emit_on_last or s.session_end <= until):
                 out.append(s)
     out.sort(key=lambda s: (s.user_id, s.session_start))
     return out

@@ -188,11 +188,11 @@ class _Sessionizer:
         if t is None:
             return "event_time is null"
         if self.streaming:
-            # Late as Spark counts it: at or behind the watermark.
-            us = _epoch_us(t)
-            if us < watermark_ms * 1000:
+            # Late as Spark counts it, at or behind the watermark; to the millisecond, as sessions are.
+            ms = _floor_ms(t)
+            if ms < watermark_ms:
                 return f"late: event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
-            if us == watermark_ms * 1000:
+            if ms == watermark_ms:
                 return f"late: event_time {iso_ms(t)} is at the watermark {iso_ms(watermark_ms)}"
         return None
 
@@ -248,15 +248,16 @@ class _Sessionizer:
             prev_t, prev_last = t, last
         if times:
             sessions.append((times, data, prev_last))
-        # Emit what is final: no event after the watermark can still join, split or extend it.
-        # Final sessions are a prefix: a session is final when the watermark is past its end
-        # (closed by a flag) or past its end + gap; every earlier session ends before that.
+        # Emit what is final: no event that is not late (later than the watermark) can still join,
+        # split or extend it: the watermark has reached its end (closed by a flag) or passed its
+        # end + gap. Final sessions are a prefix: every earlier session ends before that. As a
+        # GroupState timeout: final once the watermark is past end - 1 / end + gap.
         i = 0
         if not self.streaming:  # a static input is complete: the watermark is past every session
             i = len(sessions)
         else:
             for times, data, closed in sessions:
-                if (times[-1] if closed else times[-1] + gap) >= watermark_ms:
+                if (times[-1] - 1 if closed else times[-1] + gap) >= watermark_ms:
                     break
                 i += 1
         for times, data, closed in sessions[:i]:
@@ -285,7 +286,7 @@ class _Sessionizer:
                                      [c for _, _, c in rest]))
         # The earliest open session is the first to become final.
         times, _, closed = rest[0]
-        state.setTimeoutTimestamp(times[-1] if closed else times[-1] + gap)
+        state.setTimeoutTimestamp(times[-1] - 1 if closed else times[-1] + gap)
         return out
 
     def _processing_time(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
@@ -356,10 +357,11 @@ def sessionize(
     event between two of them within ``gap`` merges them, one before a session extends it
     backwards, a flagged one inside a session splits it. A session is emitted once, when it is
     final: when the watermark is past its last event + ``gap`` (``closed_by="timeout"``), or,
-    for a session ending with a flagged event, past that event (``closed_by="last_event"``);
+    for a session ending with a flagged event, has reached that event (``closed_by="last_event"``);
     no event that is not late can change it then. So a session closed by a flag comes out once
     the watermark passes it, not in the batch that reads the flag (see ``emit_on_last``).
-    Times are taken to the millisecond (truncated). On a static DataFrame the input is
+    Times are taken to the millisecond (truncated), also when ``late="emit"`` decides lateness;
+    with ``late="drop"`` Spark decides it, to the microsecond. On a static DataFrame the input is
     complete, so every session is emitted. Rows with a null ``timestamp`` are left out.
 
     ``emit_on_last=True`` (event time; opt-in, for low latency): a session ending with a

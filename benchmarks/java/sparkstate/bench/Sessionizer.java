@@ -29,8 +29,8 @@ import org.apache.spark.sql.types.StructType;
  *       data (null first);</li>
  *   <li>they are split after an {@code is_last} event ("last_event") and where the next event
  *       is more than {@code gap} later ("timeout");</li>
- *   <li>the leading sessions that are final are emitted: the watermark is past the end (closed
- *       by a flag) or past end + gap; the rest stay in the state, timing out when the first of
+ *   <li>the leading sessions that are final are emitted: the watermark has reached the end
+ *       (closed by a flag) or passed end + gap; the rest stay in the state, timing out when the first of
  *       them becomes final.</li>
  * </ul>
  *
@@ -174,10 +174,10 @@ public final class Sessionizer {
         };
     }
 
-    /** The session is final once the watermark is past this: its end (closed by a flag) or end + gap. */
+    /** The session is final once the watermark is past this: end - 1 (closed by a flag) or end + gap. */
     private static long finalAt(List<Event> s, long gapMs) {
         Event last = s.get(s.size() - 1);
-        return last.last ? last.tMs : last.tMs + gapMs;
+        return last.last ? last.tMs - 1 : last.tMs + gapMs;
     }
 
     /** Sessionize {@code events} (see the class comment) with a session gap of {@code gapMs}. */
