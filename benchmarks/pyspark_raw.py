@@ -17,7 +17,7 @@ from pyspark.sql.streaming import StatefulProcessor
 
 COUNT_OUTPUT = "user string, count long"
 COUNT_STATE = "count long"
-SESSION_STATE = "start_ms long, end_ms long, events array<string>, timer_ms long"
+SESSION_STATE = "times array<long>, lasts array<boolean>, events array<string>, timer_ms long"
 
 
 class TwsCounter(StatefulProcessor):
@@ -64,10 +64,13 @@ def _utc(ms: int) -> datetime:
 class TwsSessionizer(StatefulProcessor):
     """Event-time sessionization with the semantics of ``sparkstate.pipelines.sessionize``.
 
-    Input rows: ``(user_id, event_time, data, is_last)`` with a watermark; one ValueState per key
-    holds the open session and its timer. A session times out when the watermark passes
-    ``max(end + gap, watermark)``: transformWithState fires a timer once the watermark reaches
-    it, GroupState strictly after, so the timer is registered 1 ms later.
+    Input rows: ``(user_id, event_time, data, is_last)`` with a watermark. A key's pending events
+    (every open session's, as flat lists) are one ValueState; each call sorts them with the new
+    ones (time, unflagged before flagged, data), splits them after a flag or where the next event
+    is more than ``gap`` later, emits the leading sessions that are final (the watermark at or past
+    the end of one closed by a flag, past end + gap otherwise) and keeps the rest, with a timer for the
+    first of them: transformWithState fires a timer once the watermark reaches it, GroupState
+    strictly after, so the timer is registered 1 ms later.
     """
 
     def __init__(self, gap_ms: int) -> None:
@@ -78,51 +81,69 @@ class TwsSessionizer(StatefulProcessor):
         self.session = handle.getValueState("session", SESSION_STATE)
 
     @staticmethod
-    def _row(key: Any, start: int, end: int, events: list, closed_by: str) -> Row:
-        return Row(user_id=key, session_start=_utc(start), session_end=_utc(end), event_count=len(events),
-                   events=events, closed_by=closed_by)
+    def _row(key: Any, times: list, events: list, closed: bool) -> Row:
+        return Row(user_id=key, session_start=_utc(times[0]), session_end=_utc(times[-1]), event_count=len(events),
+                   events=events, closed_by="last_event" if closed else "timeout")
 
-    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
-        k = key[0]
-        events = sorted(((_ms(r[1]), r[2], bool(r[3])) for r in rows), key=lambda e: (e[0], e[2]))
+    def _run(self, k: Any, new: list, watermark: int, fired: bool = False) -> Iterator[Row]:
         stored = self.session.get()
         timer = None
-        current = None
+        events = new
         if stored is not None:
-            current = [stored[0], stored[1], list(stored[2])]
-            timer = stored[3]
+            events = list(zip(stored[0], stored[1], stored[2])) + new
+            timer = None if fired else stored[3]  # a timer that fired is gone
+        events.sort(key=lambda e: (e[0], e[1], e[2] is not None, e[2] or ""))
+        sessions: list = []
+        times: list = []
+        data: list = []
+        prev_t, prev_last = 0, True
+        for t, last, d in events:
+            if prev_last or t - prev_t > self.gap_ms:
+                if times:
+                    sessions.append((times, data, prev_last))
+                times, data = [], []
+            times.append(t)
+            data.append(d)
+            prev_t, prev_last = t, last
+        if times:
+            sessions.append((times, data, prev_last))
         out = []
-        for t, data, last in events:
-            if current is not None and t - current[1] > self.gap_ms:
-                out.append(self._row(k, current[0], current[1], current[2], "timeout"))
-                current = None
-            if current is None:
-                current = [t, t, []]
-            else:
-                current[0], current[1] = min(current[0], t), max(current[1], t)
-            current[2].append(data)
-            if last:
-                out.append(self._row(k, current[0], current[1], current[2], "last_event"))
-                current = None
-        if current is None:
+        i = 0
+        for times, data, closed in sessions:
+            if (times[-1] - 1 if closed else times[-1] + self.gap_ms) >= watermark:
+                break
+            out.append(self._row(k, times, data, closed))
+            i += 1
+        rest = sessions[i:]
+        if not rest:
             if stored is not None:
                 self.session.clear()
-                self.handle.deleteTimer(timer)
-        else:
-            due = max(current[1] + self.gap_ms, timerValues.getCurrentWatermarkInMs()) + 1
-            if due != timer:
                 if timer is not None:
                     self.handle.deleteTimer(timer)
-                self.handle.registerTimer(due)
-            self.session.update((current[0], current[1], current[2], due))
+            return iter(out)
+        times, data, closed = rest[0]
+        due = (times[-1] - 1 if closed else times[-1] + self.gap_ms) + 1
+        if due != timer:
+            if timer is not None:
+                self.handle.deleteTimer(timer)
+            self.handle.registerTimer(due)
+        flat_t, flat_l, flat_d = [], [], []
+        for times, data, closed in rest:
+            flat_t += times
+            flat_d += data
+            flat_l += [False] * (len(times) - 1) + [closed]
+        self.session.update((flat_t, flat_l, flat_d, due))
         return iter(out)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        new = [(_ms(r[1]), bool(r[3]), r[2]) for r in rows]
+        return self._run(key[0], new, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Row]:
         stored = self.session.get()
         if stored is None:
             return iter(())
-        self.session.clear()
-        return iter([self._row(key[0], stored[0], stored[1], list(stored[2]), "timeout")])
+        return self._run(key[0], [], timerValues.getCurrentWatermarkInMs(), fired=True)
 
     def close(self) -> None:
         pass

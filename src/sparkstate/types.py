@@ -74,6 +74,13 @@ PRIMITIVE_TYPES = tuple(_PRIMITIVES)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FRACTIONAL = (FloatType, DoubleType)
 
+#: Array element types whose values pass unchanged when of exactly these Python types.
+_PLAIN_ELEMENTS: dict[type, frozenset] = {
+    **{t: frozenset((int, type(None))) for t in _INTEGRAL},
+    StringType: frozenset((str, type(None))),
+    BooleanType: frozenset((bool, type(None))),
+}
+
 _ROW_CLASSES: dict[tuple[str, ...], type] = {}
 
 
@@ -182,10 +189,14 @@ def encoder_for(dt: DataType, where: str = "value") -> Callable[[Any], Any]:
         return _struct_encoder(dt, where)
     if isinstance(dt, ArrayType):
         elem = encoder_for(dt.elementType, f"{where}[]")
+        plain = _PLAIN_ELEMENTS.get(type(dt.elementType))
 
         def enc_array(v: Any) -> Any:
             if v is None:
                 return None
+            # A list of plain ints / strs / bools needs no per-element call (one C-level type scan).
+            if plain is not None and type(v) is list and plain.issuperset(map(type, v)):
+                return list(v)
             if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
                 raise _type_error(where, "a list", v)
             return [elem(x) for x in v]

@@ -22,17 +22,26 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     capsys.readouterr()
 
     # The open sessions a person expects: the sessions the reference has that are not finished
-    # by the final watermark (the last event's time, delay 0).
+    # by the final watermark (the last event's time, delay 0). A key shows the events of its
+    # open sessions one after another, `sizes` saying how many each session has.
     watermark = max(e.event_time for e in events)
     finished = set(reference_sessions(events, GAP, watermark=watermark))
     expected_open = {(s.user_id, s.event_count, s.events) for s in reference_sessions(events, GAP)
-                     if s not in finished and s.closed_by == "timeout"}
+                     if s not in finished}
     assert expected_open
 
     assert main(["state", "show", str(ck), "--json", "--limit", "0"]) == 0
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert {(r["user_id"], len(r["events"]), tuple(r["events"])) for r in shown} == expected_open
+    sessions = []
+    for r in shown:
+        assert len(r["times"]) == len(r["events"]) == sum(r["sizes"]) and len(r["closed"]) == len(r["sizes"])
+        pos = 0
+        for size in r["sizes"]:
+            sessions.append((r["user_id"], size, tuple(r["events"][pos:pos + size])))
+            pos += size
+    assert set(sessions) == expected_open and len(sessions) == len(expected_open)
     assert all(r["timeout_ms"] is not None for r in shown)
+    expected_keys = {user for user, _, _ in expected_open}
 
     one = shown[0]["user_id"]
     assert main(["state", "show", str(ck), "--key", one]) == 0
@@ -41,12 +50,12 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
 
     assert main(["state", "stats", str(ck)]) == 0
     stats = capsys.readouterr().out
-    assert f"keys: {len(expected_open)} ({len(expected_open)} with a pending timeout)" in stats
+    assert f"keys: {len(expected_keys)} ({len(expected_keys)} with a pending timeout)" in stats
     assert "time mode EventTime" in stats and "partition 0:" in stats
 
     assert main(["state", "export", str(ck), str(tmp_path / "state.parquet")]) == 0
-    assert f"exported the state of {len(expected_open)} keys" in capsys.readouterr().out
-    assert spark.read.parquet(str(tmp_path / "state.parquet")).count() == len(expected_open)
+    assert f"exported the state of {len(expected_keys)} keys" in capsys.readouterr().out
+    assert spark.read.parquet(str(tmp_path / "state.parquet")).count() == len(expected_keys)
 
     assert main(["report", str(metrics), "--out", str(tmp_path / "report")]) == 0
     summary = capsys.readouterr().out

@@ -189,13 +189,13 @@ def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_pat
 def test_late_events_are_counted_and_routed_not_dropped(spark, tmp_path, capsys):
     events = generate_events(180, users=6, seed=42)
     last = max(e.event_time for e in events[:120])  # the watermark when the 3rd file is read (0 s delay)
-    tie = Event("user-000", last, "/tie")  # at the watermark: not late, it joins a session
-    late = [Event("user-001", last - timedelta(milliseconds=1), "/late-by-1ms"),
+    tie = Event("user-000", last, "/tie")  # at the watermark: late, as Spark counts it (event time <= watermark)
+    late = [tie, Event("user-001", last - timedelta(milliseconds=1), "/late-by-1ms"),
             Event("user-002", last - timedelta(hours=1), "/late-by-1h"),
             Event("user-005", events[0].event_time, "/as-old-as-the-first-event", True)]
     after = Event("user-003", last + timedelta(seconds=10), "/after")
     chunks = [[e.to_json() for e in events[i:i + 60]] for i in (0, 60)]
-    chunks.append([tie.to_json()] + [e.to_json() for e in late] + [after.to_json()]
+    chunks.append([e.to_json() for e in late] + [after.to_json()]
                   + [e.to_json() for e in events[120:]])
     paths = _write_files(tmp_path / "in", chunks)
     out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "m.jsonl"
@@ -208,14 +208,15 @@ def test_late_events_are_counted_and_routed_not_dropped(spark, tmp_path, capsys)
     assert lines[batch]["batch_id"] == batch and _utc(watermark) == last
     dead = _dead(spark, out / "_deadletter")
     assert sorted((r.raw, r.reason) for r in dead) == sorted(
-        (e.to_json(), f"late: event_time {iso_ms(e.event_time)} is older than the watermark {watermark}") for e in late)
+        (e.to_json(), f"late: event_time {iso_ms(e.event_time)} is {'at' if e is tie else 'older than'} the watermark"
+                      f" {watermark}") for e in late)
     assert all(r.source.startswith("file:") and r.source.endswith(str(paths[2])) for r in dead)  # where it came from
     # Counted per batch; Spark itself dropped nothing.
     assert [m["late"] for m in lines] == [len(late) if m["batch_id"] == batch else 0 for m in lines]
     assert sum(m["dead_letters"] for m in lines) == len(late)
     assert all(m["rows_dropped_by_watermark"] == 0 for m in lines)
     # The sessions are exactly those of the events that were not late (a late event reopens nothing).
-    accepted = events + [tie, after]
+    accepted = events + [after]
     written = _sessions(spark, out)
     assert written == reference_sessions(accepted, GAP, watermark=_utc(lines[-1]["watermark"]))
     in_sessions = sum(s.event_count for s in written)

@@ -53,6 +53,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--max-future-skew", metavar="DURATION", help="sessionize, event time: events more than this"
                      " ahead of the processing time go to the dead letters instead of moving the watermark"
                      " (default: no limit)")
+    run.add_argument("--emit-on-last", action=argparse.BooleanOptionalAction, default=None,
+                     help="sessionize, event time: write a session ending with an is_last event at once, not when"
+                     " the watermark passes it (only correct for input in event-time order; default: off)")
     run.add_argument("--trigger", metavar="DURATION", help=f"micro-batch interval (default: {d.trigger})")
     run.add_argument("--initial-state", metavar="PATH", help="visited-pages: Parquet or JSON of user_id,"
                      " visited_pages to start from (json:PATH / parquet:PATH to say which)")
@@ -74,7 +77,8 @@ def add_parser(sub: Any) -> None:
 
 
 RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
-                "initial_state", "metrics", "once", "query_name", "spark_log", "master", "engine", "max_future_skew", "config")
+                "initial_state", "metrics", "once", "query_name", "spark_log", "master", "engine", "max_future_skew",
+                "emit_on_last", "config")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -252,17 +252,21 @@ def read_events(paths: Iterable[str | os.PathLike]) -> list[Event]:
 
 
 def reference_sessions(
-    events: Iterable[Event], gap: Duration = "1 minute", watermark: Instant | None = None
+    events: Iterable[Event], gap: Duration = "1 minute", watermark: Instant | None = None,
+    *, emit_on_last: bool = False,
 ) -> list[Session]:
     """The event-time sessions in ``events``, computed directly (no Spark), sorted by user and start.
 
-    Per user: sort by ``event_time`` (an ``is_last`` event after others at the same instant),
-    split where consecutive events are more than ``gap`` apart (the earlier session is closed by
-    ``"timeout"``) and after each ``is_last`` event (``"last_event"``). A user's final session,
-    followed by no event, is closed by ``"timeout"`` once the watermark passes its end + ``gap``:
-    with ``watermark`` given (epoch ms or a datetime), such sessions are left out unless
-    ``end + gap < watermark`` (they are still open then); without it the input is taken as
-    complete and every session is returned.
+    Per user: sort by ``event_time``, at equal times an event with ``is_last`` false before one
+    with it true, then by ``data``; split where consecutive events are more than ``gap`` apart
+    (the earlier session is closed by ``"timeout"``) and after each ``is_last`` event
+    (``"last_event"``). This order is total, so the sessions do not depend on the order of
+    ``events``.
+
+    ``watermark`` (epoch ms or a datetime): only the sessions that are final at that watermark,
+    as event-time ``sessionize`` emits them: a ``"timeout"`` session once ``end + gap <
+    watermark``, a ``"last_event"`` one once ``end <= watermark`` (always, with
+    ``emit_on_last``). Without it the input is taken as complete and every session is returned.
 
     >>> t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
     >>> evs = [Event("u", t0, "a"), Event("u", t0 + timedelta(seconds=30), "b", is_last=True),
@@ -273,6 +277,8 @@ def reference_sessions(
     2
     >>> len(reference_sessions(evs, gap="1 minute", watermark=t0 + timedelta(minutes=7)))
     3
+    >>> len(reference_sessions(evs, gap="1 minute", watermark=t0 + timedelta(seconds=29)))  # not yet at 'b'
+    0
     """
     gap_td = timedelta(milliseconds=positive_ms(gap, "reference_sessions: gap"))
     until = None if watermark is None else _at(instant_ms(watermark, "reference_sessions: watermark"))
@@ -281,18 +287,23 @@ def reference_sessions(
         by_user[e.user_id].append(e)
     out: list[Session] = []
     for user, evs in by_user.items():
-        evs.sort(key=lambda e: (e.event_time, e.is_last))
+        evs.sort(key=lambda e: (e.event_time, e.is_last, e.data is not None, e.data or ""))
+        sessions: list[Session] = []
         current: list[Event] = []
         for e in evs:
             if current and e.event_time - current[-1].event_time > gap_td:
-                out.append(_session(user, current, "timeout"))
+                sessions.append(_session(user, current, "timeout"))
                 current = []
             current.append(e)
             if e.is_last:
-                out.append(_session(user, current, "last_event"))
+                sessions.append(_session(user, current, "last_event"))
                 current = []
-        if current and (until is None or current[-1].event_time + gap_td < until):
-            out.append(_session(user, current, "timeout"))
+        if current:
+            sessions.append(_session(user, current, "timeout"))
+        for s in sessions:
+            if until is None or (s.session_end + gap_td < until if s.closed_by == "timeout"
+                                 else emit_on_last or s.session_end <= until):
+                out.append(s)
     out.sort(key=lambda s: (s.user_id, s.session_start))
     return out
 

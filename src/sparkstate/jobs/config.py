@@ -37,7 +37,7 @@ FORMATS = ("json", "csv", "parquet")
 ENV_PREFIX = "SPARKSTATE_"
 
 #: Settings that only some pipelines use (the others refuse or ignore them).
-SESSIONIZE_ONLY = ("gap", "time_mode", "watermark", "max_future_skew")
+SESSIONIZE_ONLY = ("gap", "time_mode", "watermark", "max_future_skew", "emit_on_last")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,9 @@ class JobConfig:
     state engine the pipeline runs on (``None``: the pipeline's default, the fastest).
     ``max_future_skew`` (sessionize, event time): events whose time is more than this ahead of
     the processing time go to the dead letters instead of moving the watermark.
+    ``emit_on_last`` (sessionize, event time): write a session that ends with an ``is_last``
+    event in the batch that reads it, not once the watermark passes it; only correct for input
+    in event-time order (see :func:`sparkstate.pipelines.sessionize`).
 
     >>> JobConfig("running-count", source="files:in").sink
     'console'
@@ -82,6 +85,7 @@ class JobConfig:
     master: str | None = None
     engine: str | None = None
     max_future_skew: str | None = None
+    emit_on_last: bool = False
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINE_NAMES:
@@ -111,6 +115,9 @@ class JobConfig:
 
             if self.engine not in ENGINES:
                 raise ConfigError(f"run: engine must be one of {', '.join(sorted(ENGINES))}, got {self.engine!r}")
+        if self.emit_on_last and self.time_mode != "event":
+            raise ConfigError("run: --emit-on-last applies to --time-mode event (processing time always writes a"
+                              " session at its is_last event)")
         if self.initial_state is not None and self.pipeline != "visited-pages":
             raise ConfigError(f"run: --initial-state applies to visited-pages only, not to {self.pipeline}")
         # The specs are checked now, before Spark starts (parsing them needs no Spark).
@@ -170,7 +177,7 @@ def with_absolute_paths(config: JobConfig) -> JobConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(JobConfig)}
-_BOOLS = {"once"}
+_BOOLS = {"once", "emit_on_last"}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 

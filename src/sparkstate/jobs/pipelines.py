@@ -58,7 +58,7 @@ def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,  # type: ignore[arg-type]
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
                       max_future_skew=cfg.max_future_skew if cfg.time_mode == "event" else None,
-                      checkpoint=cfg.checkpoint)
+                      checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last and cfg.time_mode == "event")
 
 
 def _engine(cfg: JobConfig) -> str:

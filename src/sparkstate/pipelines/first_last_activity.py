@@ -10,6 +10,14 @@ seed: the seed's function only changes the state of users with new events, and
 ``update_state_by_key`` would visit (and emit) every user in every micro-batch to say nothing
 new. ``map_groups_with_state`` calls the function once per user with events in the batch, and
 emits that user's span after the batch: the same states, at the cost of the batch's users only.
+
+Arrival order matters, by the seed's definition: its update folds the events in the order they
+come, and "an event of another activity that is not later than the end is ignored" means that,
+for example, ``browse@1, browse@3, buy@2`` ends in ``browse 1-3`` while the same events sorted
+by time end in ``browse 3-3``. So the result depends on which micro-batch each event arrives in
+(within a batch the events are applied in time order, since Spark keeps no arrival order across
+the shuffle), and one row per batch shows the span after that batch. This is the seed's meaning
+and is kept; it is not an event-time result (no watermark is involved).
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ batch's rows of the key to its stored count and emits the new total. The seed's
 key gets one row per batch with its total after the batch, which is the same running count
 at batch granularity for a fraction of the output, and ``update_state_by_key`` would in
 addition revisit every key ever seen in every batch.
+
+Arrival order does not change the counts: a count is a sum, so a key's total after all its
+rows is the same in any order and any micro-batch split. Which intermediate totals are emitted
+(one per batch in which the key had rows) depends on the batch split, by design.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Sessionization: group each key's events into sessions that end on a flag or after a gap.
 
-Built on :func:`sparkstate.operators.flat_map_groups_with_state`; the open session of a key is
-its state, and a finished session is emitted exactly once, as one output row.
+Built on :func:`sparkstate.operators.flat_map_groups_with_state`; the open sessions of a key are
+its state, and a finished session is emitted exactly once, as one output row. In event time the
+sessions do not depend on arrival order or micro-batch boundaries (within the watermark).
 """
 
 from __future__ import annotations
@@ -68,19 +69,82 @@ def _epoch_us(t: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+_EPOCH_NAIVE = datetime(1970, 1, 1)
+
+
+def _floor_ms(t: datetime) -> int:
+    """Epoch ms of an event time, truncated (a naive datetime is taken as UTC)."""
+    d = t - (_EPOCH if t.tzinfo is not None else _EPOCH_NAIVE)
+    return (d.days * 86_400 + d.seconds) * 1000 + d.microseconds // 1000
+
+
 @dataclass
 class OpenSession:
-    """The state of one key: its session so far (times in epoch ms; ``None`` when unknown)."""
+    """The state of one key: its open sessions, one after another in event-time order.
+
+    ``events`` holds the data of every open event, session after session; ``times`` each one's
+    time (epoch ms; event time only); ``sizes`` how many of them each open session has, and
+    ``closed`` whether it ends with a last-flag event (then it only waits for the watermark to
+    pass its end). ``start_ms``/``end_ms`` are the first and last of those times. In processing
+    time a key has one session and ``times``, ``sizes`` and ``closed`` stay empty.
+
+    A state written by an earlier sparkstate (one session, no ``times``) reads back with the
+    three lists empty; event-time sessionize takes it as one session and spreads its events'
+    times evenly between its start and end (they were not stored).
+    """
 
     start_ms: int | None = None
     end_ms: int | None = None
     events: list[str] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    closed: list[bool] = field(default_factory=list)
 
     def add(self, t_ms: int | None, data: str | None) -> None:
+        """Append an event (processing time: arrival order)."""
         if t_ms is not None:
             self.start_ms = t_ms if self.start_ms is None else min(self.start_ms, t_ms)
             self.end_ms = t_ms if self.end_ms is None else max(self.end_ms, t_ms)
         self.events.append(data)
+
+    def sessions(self) -> list[tuple[list[int], list, bool]]:
+        """The open sessions as ``(times, events, closed)``."""
+        events = self.events or []
+        n = len(events)
+        times = self.times or []
+        if len(times) != n:  # written before times were stored: spread them over the session
+            start = self.start_ms if self.start_ms is not None else (self.end_ms or 0)
+            end = self.end_ms if self.end_ms is not None else start
+            times = [start] if n == 1 else [start + (end - start) * i // (n - 1) for i in range(n)]
+        sizes = self.sizes or [n]
+        closed = self.closed or [False] * len(sizes)
+        out = []
+        pos = 0
+        for size, c in zip(sizes, closed):
+            out.append((times[pos:pos + size], events[pos:pos + size], bool(c)))
+            pos += size
+        return out
+
+    def pending(self) -> list[tuple[int, bool, str | None]]:
+        """Every event of the open sessions as ``(time, last, data)``, in session order."""
+        events = self.events or []
+        n = len(events)
+        times = self.times
+        sizes = self.sizes
+        if not sizes or not times or len(times) != n:
+            return [(t, c and i == len(ts) - 1, d) for ts, ds, c in self.sessions()
+                    for i, (t, d) in enumerate(zip(ts, ds))]
+        lasts = [False] * n
+        pos = 0
+        for size, c in zip(sizes, self.closed or ()):
+            pos += size
+            if c:
+                lasts[pos - 1] = True
+        return list(zip(times, lasts, events))
+
+
+def _event_order(e: tuple[int, bool, str | None]) -> tuple:
+    return (e[0], e[1], e[2] is not None, e[2] or "")
 
 
 class _Sessionizer:
@@ -92,19 +156,24 @@ class _Sessionizer:
     """
 
     def __init__(self, gap_ms: int, time_mode: TimeMode, streaming: bool, has_timestamp: bool,
-                 emit: bool = False, n_carry: int = 0) -> None:
+                 emit: bool = False, n_carry: int = 0, emit_on_last: bool = False) -> None:
         self.gap_ms = gap_ms
         self.time_mode = time_mode
         self.streaming = streaming
         self.has_timestamp = has_timestamp
         self.emit = emit
         self.n_carry = n_carry
+        self.emit_on_last = emit_on_last
         self.__name__ = "sessionize"
 
     def _row(self, key: Any, s: OpenSession, closed_by: str) -> tuple:
         start = None if s.start_ms is None else utc(s.start_ms)
         end = None if s.end_ms is None else utc(s.end_ms)
         row = (key, start, end, len(s.events), s.events, closed_by)
+        return row + (None,) if self.emit else row
+
+    def _session_row(self, key: Any, times: list[int], data: list, closed: bool) -> tuple:
+        row = (key, utc(times[0]), utc(times[-1]), len(data), data, "last_event" if closed else "timeout")
         return row + (None,) if self.emit else row
 
     def _rejected(self, key: Any, r: Any, reason: str) -> tuple:
@@ -118,26 +187,30 @@ class _Sessionizer:
         t = r[1]
         if t is None:
             return "event_time is null"
-        if self.streaming and _epoch_us(t) < watermark_ms * 1000:
-            return f"late: event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
+        if self.streaming:
+            # Late as Spark counts it, at or behind the watermark; to the millisecond, as sessions are.
+            ms = _floor_ms(t)
+            if ms < watermark_ms:
+                return f"late: event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
+            if ms == watermark_ms:
+                return f"late: event_time {iso_ms(t)} is at the watermark {iso_ms(watermark_ms)}"
         return None
 
     def __call__(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
+        if self.time_mode == "event":
+            return self._event_time(key, rows, state)
         if state.hasTimedOut:
             finished = state.get
             state.remove()
             return [self._row(key, finished, "timeout")]
-        if self.time_mode == "event":
-            return self._event_time(key, rows, state)
         return self._processing_time(key, rows, state)
 
     def _event_time(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
-        out = []
-        watermark_ms = -1
+        out: list[tuple] = []
+        watermark_ms = state.getCurrentWatermarkMs() if self.streaming else -1
         if self.emit:
             # Route what cannot join a session (late, too far ahead, no time) to the output,
             # before anything touches the state.
-            watermark_ms = state.getCurrentWatermarkMs() if self.streaming else -1
             kept = []
             for r in rows:
                 reason = self._refused(r, watermark_ms)
@@ -146,35 +219,74 @@ class _Sessionizer:
                 else:
                     out.append(self._rejected(key, r, reason))
             rows = kept
-        # Order this batch's events by event time; at equal times an is_last event goes last.
-        events = sorted(((instant_ms(r[1]), r[2], bool(r[3])) for r in rows), key=lambda e: (e[0], e[2]))
-        current: OpenSession | None = state.getOption
-        for t_ms, data, last in events:
-            if current is not None and current.end_ms is not None and t_ms - current.end_ms > self.gap_ms:
-                out.append(self._row(key, current, "timeout"))
-                current = None
-            if current is None:
-                current = OpenSession()
-            current.add(t_ms, data)
-            if last:
-                out.append(self._row(key, current, "last_event"))
-                current = None
-        if current is not None and not self.streaming:
-            # A static input is complete: the watermark is past every session.
-            out.append(self._row(key, current, "timeout"))
-            current = None
-        if current is not None and self.emit and current.end_ms + self.gap_ms < watermark_ms:
-            # Only refused rows came for a session that is due: it ends now, as its timer would.
-            out.append(self._row(key, current, "timeout"))
-            current = None
-        if current is None:
+        events = [(_floor_ms(r[1]), bool(r[3]), r[2]) for r in rows]
+        stored: OpenSession | None = state.getOption
+        if stored is not None:
+            pending = stored.pending()
+            pending.extend(events)
+            events = pending
+        # The key's events in one order whatever their arrival: time, an unflagged event before a
+        # flagged one at the same time, then data (null first).
+        try:
+            events.sort()
+        except TypeError:  # null data beside non-null data at the same time and flag
+            events.sort(key=_event_order)
+        # Split into sessions: after a flagged event, or where the next event is more than gap later.
+        gap = self.gap_ms
+        sessions: list[tuple[list[int], list, bool]] = []
+        times: list[int] = []
+        data: list = []
+        prev_t = 0
+        prev_last = True
+        for t, last, d in events:
+            if prev_last or t - prev_t > gap:
+                if times:
+                    sessions.append((times, data, prev_last))
+                times, data = [], []
+            times.append(t)
+            data.append(d)
+            prev_t, prev_last = t, last
+        if times:
+            sessions.append((times, data, prev_last))
+        # Emit what is final: no event that is not late (later than the watermark) can still join,
+        # split or extend it: the watermark has reached its end (closed by a flag) or passed its
+        # end + gap. Final sessions are a prefix: every earlier session ends before that. As a
+        # GroupState timeout: final once the watermark is past end - 1 / end + gap.
+        i = 0
+        if not self.streaming:  # a static input is complete: the watermark is past every session
+            i = len(sessions)
+        else:
+            for times, data, closed in sessions:
+                if (times[-1] - 1 if closed else times[-1] + gap) >= watermark_ms:
+                    break
+                i += 1
+        for times, data, closed in sessions[:i]:
+            out.append(self._session_row(key, times, data, closed))
+        rest = sessions[i:]
+        if self.emit_on_last and rest:
+            # Opt-in: a flag ends a session at once (assumes events arrive in event-time order).
+            for times, data, closed in rest:
+                if closed:
+                    out.append(self._session_row(key, times, data, closed))
+            rest = [s for s in rest if not s[2]]
+        if not rest:
             if state.exists:
                 state.remove()
+            return out
+        if len(rest) == 1:
+            times, data, closed = rest[0]
+            state.update(OpenSession(times[0], times[-1], data, times, [len(times)], [closed]))
         else:
-            state.update(current)
-            due = current.end_ms + self.gap_ms
-            # A late event may leave the session's end behind the watermark: time out next batch.
-            state.setTimeoutTimestamp(max(due, state.getCurrentWatermarkMs()))
+            all_t: list[int] = []
+            all_d: list = []
+            for times, data, _ in rest:
+                all_t += times
+                all_d += data
+            state.update(OpenSession(all_t[0], all_t[-1], all_d, all_t, [len(t) for t, _, _ in rest],
+                                     [c for _, _, c in rest]))
+        # The earliest open session is the first to become final.
+        times, _, closed = rest[0]
+        state.setTimeoutTimestamp(times[-1] - 1 if closed else times[-1] + gap)
         return out
 
     def _processing_time(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
@@ -223,6 +335,8 @@ def sessionize(
     max_future_skew: Duration | None = None,
     carry: Sequence[str] = (),
     checkpoint: str | os.PathLike | None = None,
+    emit_on_last: bool = False,
+    initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """One row per finished session of each ``key``: ``key, session_start, session_end,
     event_count, events, closed_by``.
@@ -232,15 +346,29 @@ def sessionize(
     values (as strings); ``session_start``/``session_end`` are the first and last event times.
     Every finished session is emitted exactly once (the operator runs in append mode).
 
-    ``time_mode="event"``: a key's events are ordered by ``timestamp`` and split where
-    consecutive events are more than ``gap`` apart; the open session is kept as state and
-    times out when the watermark passes its last event + ``gap``. A watermark of ``watermark``
-    on ``timestamp`` is applied unless the input already has one. Events of a key are assumed
-    to reach the query in event-time order across micro-batches (within a batch any order):
-    a session closed by a gap is not reopened; an event older than the open session's last one
-    joins the open session; one behind the watermark is dropped by Spark (late data). On a
-    static DataFrame the input is complete, so every session is emitted, the last ones with
-    ``closed_by="timeout"``. Rows with a null ``timestamp`` are left out.
+    ``time_mode="event"``: the sessions do not depend on the order or the micro-batches in which
+    the events arrive. A key's sessions are its events sorted by ``timestamp`` (at equal times an
+    event whose ``last_flag`` is false before one whose flag is true, then by ``data``, null
+    first), split where consecutive events are more than ``gap`` apart and after each flagged
+    event: exactly :func:`sparkstate.io.reference_sessions` of the events that were not late.
+    An event is late when its time is at or behind the watermark (Spark's rule); the watermark
+    is ``watermark`` behind the latest event time seen, applied on ``timestamp`` unless the input
+    already has one. A key may hold several open sessions (its state, :class:`OpenSession`): an
+    event between two of them within ``gap`` merges them, one before a session extends it
+    backwards, a flagged one inside a session splits it. A session is emitted once, when it is
+    final: when the watermark is past its last event + ``gap`` (``closed_by="timeout"``), or,
+    for a session ending with a flagged event, has reached that event (``closed_by="last_event"``);
+    no event that is not late can change it then. So a session closed by a flag comes out once
+    the watermark passes it, not in the batch that reads the flag (see ``emit_on_last``).
+    Times are taken to the millisecond (truncated), also when ``late="emit"`` decides lateness;
+    with ``late="drop"`` Spark decides it, to the microsecond. On a static DataFrame the input is
+    complete, so every session is emitted. Rows with a null ``timestamp`` are left out.
+
+    ``emit_on_last=True`` (event time; opt-in, for low latency): a session ending with a
+    flagged event is emitted in the micro-batch that reads the flag. This assumes each key's
+    events arrive in event-time order: an event that arrives later but belongs before the flag
+    no longer joins or splits the emitted session; it goes into the key's open sessions as if
+    the emitted one did not exist (so the output then depends on arrival order).
 
     ``time_mode="processing"``: events are appended in arrival order, and a session times out
     after ``gap`` of processing time without events of its key; ``timestamp`` may be ``None``
@@ -268,7 +396,13 @@ def sessionize(
     session times out at once and all their later events are late.
 
     ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
-    this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
+    this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`). A
+    checkpoint of an earlier sparkstate, whose state held one open session per key, restarts:
+    that session reads back without its events' times, which are then spread evenly between
+    its start and end.
+
+    ``initial_state``: the open sessions to start from, as :func:`sparkstate.state.export`
+    writes them from another query's checkpoint (key, :class:`OpenSession` fields, ``timeout_ms``).
 
     >>> import sparkstate as ss
     >>> from datetime import datetime
@@ -300,6 +434,9 @@ def sessionize(
     _check_column(events, data, "data")
     if last_flag is not None:
         _check_column(events, last_flag, "last_flag", (BooleanType,), "boolean")
+    if emit_on_last and mode != "event":
+        raise ConfigError("sessionize: emit_on_last applies to time_mode='event' (processing time always emits a"
+                          " session at its flagged event)")
     if timestamp is None:
         if mode == "event":
             raise ConfigError("sessionize: time_mode='event' needs a timestamp column; pass timestamp=<column name>")
@@ -390,10 +527,12 @@ def sessionize(
     return flat_map_groups_with_state(
         df,
         key=key,
-        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry)),
+        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
+                          bool(emit_on_last)),
         state_type=OpenSession,
         output_type=StructType(fields),
         timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
+        initial_state=initial_state,
         output_mode="append",
         engine=engine,
         checkpoint=checkpoint,

@@ -4,6 +4,11 @@ Built on :func:`sparkstate.map_with_state` with ``StateSpec.initial_state``, as 
 ``mapWithState``: the function runs once per visit and emits the user's list after that visit,
 so a user with two visits in one micro-batch gets two rows (the seed's outputs exactly). A
 per-batch operator would emit only the second; here the per-record output is the point.
+
+The result depends on arrival order, by the seed's definition: a list of pages in the order they
+were visited as the stream delivers them (the visits carry no time). Across micro-batches that is
+the batches' order; within a batch, the order Spark hands a user's rows to the function (the
+order of the rows in one file for a file source). This is the seed's meaning and is kept.
 """
 
 from __future__ import annotations

@@ -24,11 +24,14 @@ import org.apache.spark.sql.types.StructType;
  * {@code sparkstate.pipelines.sessionize(time_mode="event")}:
  *
  * <ul>
- *   <li>a batch's events of a key are ordered by event time (at equal times a last event goes last);</li>
- *   <li>an event more than {@code gap} after the open session's last event closes it ("timeout")
- *       and opens a new one; an {@code is_last} event closes the session ("last_event");</li>
- *   <li>an open session is the key's state, timing out at {@code max(end + gap, watermark)};
- *       when the timeout fires it is emitted ("timeout") and the state removed.</li>
+ *   <li>a key's pending events (those of its open sessions, the state) and the batch's are
+ *       ordered by event time, an unflagged event before a flagged one at equal times, then by
+ *       data (null first);</li>
+ *   <li>they are split after an {@code is_last} event ("last_event") and where the next event
+ *       is more than {@code gap} later ("timeout");</li>
+ *   <li>the leading sessions that are final are emitted: the watermark has reached the end
+ *       (closed by a flag) or passed end + gap; the rest stay in the state, timing out when the first of
+ *       them becomes final.</li>
  * </ul>
  *
  * Input rows are {@code (key string, event_time timestamp, data string, is_last boolean)}, with
@@ -40,30 +43,30 @@ public final class Sessionizer {
     private Sessionizer() {
     }
 
-    /** The state of one key: its open session (epoch ms). A Java bean for {@code Encoders.bean}. */
-    public static class OpenSession implements Serializable {
+    /** The state of one key: the events of its open sessions (epoch ms). A Java bean for {@code Encoders.bean}. */
+    public static class OpenSessions implements Serializable {
         private static final long serialVersionUID = 1L;
-        private Long startMs;
-        private Long endMs;
+        private List<Long> times = new ArrayList<>();
+        private List<Boolean> lasts = new ArrayList<>();
         private List<String> events = new ArrayList<>();
 
-        public OpenSession() {
+        public OpenSessions() {
         }
 
-        public Long getStartMs() {
-            return startMs;
+        public List<Long> getTimes() {
+            return times;
         }
 
-        public void setStartMs(Long startMs) {
-            this.startMs = startMs;
+        public void setTimes(List<Long> times) {
+            this.times = times;
         }
 
-        public Long getEndMs() {
-            return endMs;
+        public List<Boolean> getLasts() {
+            return lasts;
         }
 
-        public void setEndMs(Long endMs) {
-            this.endMs = endMs;
+        public void setLasts(List<Boolean> lasts) {
+            this.lasts = lasts;
         }
 
         public List<String> getEvents() {
@@ -72,12 +75,6 @@ public final class Sessionizer {
 
         public void setEvents(List<String> events) {
             this.events = events;
-        }
-
-        void add(long tMs, String data) {
-            startMs = startMs == null ? tMs : Math.min(startMs, tMs);
-            endMs = endMs == null ? tMs : Math.max(endMs, tMs);
-            events.add(data);
         }
     }
 
@@ -94,7 +91,8 @@ public final class Sessionizer {
     }
 
     private static final Comparator<Event> ORDER =
-            Comparator.<Event>comparingLong(e -> e.tMs).thenComparing(e -> e.last);
+            Comparator.<Event>comparingLong(e -> e.tMs).thenComparing(e -> e.last)
+                    .thenComparing(e -> e.data, Comparator.nullsFirst(Comparator.<String>naturalOrder()));
 
     public static StructType outputSchema(String keyColumn) {
         return new StructType()
@@ -113,57 +111,73 @@ public final class Sessionizer {
         return ((Instant) ts).toEpochMilli();
     }
 
-    private static Row output(String key, OpenSession s, String closedBy) {
-        List<String> events = s.getEvents() == null ? new ArrayList<>() : s.getEvents();
-        return RowFactory.create(
-                key,
-                s.getStartMs() == null ? null : new Timestamp(s.getStartMs()),
-                s.getEndMs() == null ? null : new Timestamp(s.getEndMs()),
-                (long) events.size(),
-                events.toArray(new String[0]),
-                closedBy);
+    private static Row output(String key, List<Event> s) {
+        String[] events = new String[s.size()];
+        for (int i = 0; i < events.length; i++) {
+            events[i] = s.get(i).data;
+        }
+        Event last = s.get(s.size() - 1);
+        return RowFactory.create(key, new Timestamp(s.get(0).tMs), new Timestamp(last.tMs), (long) events.length,
+                events, last.last ? "last_event" : "timeout");
     }
 
-    private static FlatMapGroupsWithStateFunction<String, Row, OpenSession, Row> sessionizer(long gapMs) {
+    private static FlatMapGroupsWithStateFunction<String, Row, OpenSessions, Row> sessionizer(long gapMs) {
         return (key, rows, state) -> {
-            List<Row> out = new ArrayList<>();
-            if (state.hasTimedOut()) {
-                OpenSession finished = state.get();
-                state.remove();
-                out.add(output(key, finished, "timeout"));
-                return out.iterator();
-            }
             List<Event> events = new ArrayList<>();
+            if (state.exists()) {
+                OpenSessions stored = state.get();
+                for (int i = 0; i < stored.getTimes().size(); i++) {
+                    events.add(new Event(stored.getTimes().get(i), stored.getEvents().get(i), stored.getLasts().get(i)));
+                }
+            }
             while (rows.hasNext()) {
                 Row r = rows.next();
                 events.add(new Event(millis(r.get(1)), r.getString(2), r.getBoolean(3)));
             }
             events.sort(ORDER);
-            OpenSession current = state.exists() ? state.get() : null;
+            List<List<Event>> sessions = new ArrayList<>();
+            List<Event> current = null;
             for (Event e : events) {
-                if (current != null && current.getEndMs() != null && e.tMs - current.getEndMs() > gapMs) {
-                    out.add(output(key, current, "timeout"));
-                    current = null;
+                if (current == null || current.get(current.size() - 1).last
+                        || e.tMs - current.get(current.size() - 1).tMs > gapMs) {
+                    current = new ArrayList<>();
+                    sessions.add(current);
                 }
-                if (current == null) {
-                    current = new OpenSession();
-                }
-                current.add(e.tMs, e.data);
-                if (e.last) {
-                    out.add(output(key, current, "last_event"));
-                    current = null;
-                }
+                current.add(e);
             }
-            if (current == null) {
+            long watermark = state.getCurrentWatermarkMs();
+            List<Row> out = new ArrayList<>();
+            int i = 0;
+            for (; i < sessions.size(); i++) {
+                if (finalAt(sessions.get(i), gapMs) >= watermark) {
+                    break;
+                }
+                out.add(output(key, sessions.get(i)));
+            }
+            if (i == sessions.size()) {
                 if (state.exists()) {
                     state.remove();
                 }
-            } else {
-                state.update(current);
-                state.setTimeoutTimestamp(Math.max(current.getEndMs() + gapMs, state.getCurrentWatermarkMs()));
+                return out.iterator();
             }
+            OpenSessions rest = new OpenSessions();
+            for (int j = i; j < sessions.size(); j++) {
+                for (Event e : sessions.get(j)) {
+                    rest.getTimes().add(e.tMs);
+                    rest.getLasts().add(e.last);
+                    rest.getEvents().add(e.data);
+                }
+            }
+            state.update(rest);
+            state.setTimeoutTimestamp(finalAt(sessions.get(i), gapMs));
             return out.iterator();
         };
+    }
+
+    /** The session is final once the watermark is past this: end - 1 (closed by a flag) or end + gap. */
+    private static long finalAt(List<Event> s, long gapMs) {
+        Event last = s.get(s.size() - 1);
+        return last.last ? last.tMs - 1 : last.tMs + gapMs;
     }
 
     /** Sessionize {@code events} (see the class comment) with a session gap of {@code gapMs}. */
@@ -172,7 +186,7 @@ public final class Sessionizer {
         return events
                 .groupByKey((MapFunction<Row, String>) r -> r.getString(0), Encoders.STRING())
                 .flatMapGroupsWithState(sessionizer(gapMs), OutputMode.Append(),
-                        Encoders.bean(OpenSession.class), Encoders.row(outputSchema(keyColumn)),
+                        Encoders.bean(OpenSessions.class), Encoders.row(outputSchema(keyColumn)),
                         GroupStateTimeout.EventTimeTimeout());
     }
 }
