@@ -54,6 +54,9 @@ class JobConfig:
     state engine the pipeline runs on (``None``: the pipeline's default, the fastest).
     ``max_future_skew`` (sessionize, event time): events whose time is more than this ahead of
     the processing time go to the dead letters instead of moving the watermark.
+    ``packages`` (Maven coordinates, comma-separated) and ``jars`` (local jar paths) go on the
+    classpath of a Spark session the job starts itself (``spark.jars.packages``, ``spark.jars``):
+    Spark's Kafka connector for ``kafka:`` specs (:func:`sparkstate.io.connectors.kafka_package`).
 
     >>> JobConfig("running-count", source="files:in").sink
     'console'
@@ -82,6 +85,8 @@ class JobConfig:
     master: str | None = None
     engine: str | None = None
     max_future_skew: str | None = None
+    packages: str | None = None
+    jars: str | None = None
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINE_NAMES:
