@@ -123,21 +123,30 @@ class LocalKafka:
             time.sleep(0.1)
         raise RuntimeError(f"topic {name}: partitions have no leader after 60 s")
 
-    def produce(self, topic: str, messages, *, partition: int | None = None) -> int:
-        """Send ``messages`` (values, or ``(key, value)`` pairs; str or bytes) and wait for every ack."""
+    def produce(self, topic: str, messages, *, partition: int | None = None) -> list[tuple[int, int]]:
+        """Send ``messages`` (values, or ``(key, value)`` pairs; str or bytes) and wait for every ack.
+
+        Returns each message's ``(partition, offset)``, in the order given.
+        """
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True})
         errors: list[str] = []
+        where: list[tuple[int, int] | None] = []
 
-        def on_delivery(err, msg) -> None:
-            if err is not None:
-                errors.append(str(err))
+        def delivered(i: int):
+            def on_delivery(err, msg) -> None:
+                if err is not None:
+                    errors.append(str(err))
+                else:
+                    where[i] = (msg.partition(), msg.offset())
+            return on_delivery
 
         n = 0
         for m in messages:
             key, value = m if isinstance(m, tuple) else (None, m)
-            kwargs = {"value": value, "key": key, "on_delivery": on_delivery}
+            where.append(None)
+            kwargs = {"value": value, "key": key, "on_delivery": delivered(n)}
             if partition is not None:
                 kwargs["partition"] = partition
             while True:
@@ -151,7 +160,7 @@ class LocalKafka:
         left = producer.flush(60)
         if left or errors:
             raise RuntimeError(f"producing to {topic}: {left} undelivered, errors: {errors[:3]}")
-        return n
+        return where  # type: ignore[return-value]
 
     def consume_all(self, topic: str, *, timeout_s: float = 60.0) -> list:
         """Every message now in ``topic`` (all partitions, from the start), as confluent-kafka messages."""
