@@ -91,6 +91,8 @@ class DeltaBatchWriter:
         if done is not None and done >= batch_id:
             log.info("delta:%s: batch %d was already committed (%s at %d); skipped (replay)",
                      self.path, batch_id, app_id, done)
+            # Still run the batch: a stateful query's state stores must commit it, or Spark fails the query.
+            batch_df.write.format("noop").mode("overwrite").save()
             return
         table = batch_df.toArrow()
         if table.num_rows == 0:
