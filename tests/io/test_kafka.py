@@ -175,3 +175,13 @@ def test_without_the_connector_run_names_the_package(tmp_path):
     assert "Traceback" not in res.stderr
     assert f"--packages {kafka_package()}" in res.stderr
     assert "make kafka" in res.stderr
+
+
+def test_the_demo_through_kafka_matches_the_reference(kafka_spark, kafka_broker, tmp_path):
+    """`sparkstate demo --kafka`'s job: the generated events through a topic, the same check."""
+    from sparkstate.demo import run_demo
+
+    r = run_demo(kafka_spark, tmp_path / "demo", events=90, users=4, files=3, kafka=kafka_broker)
+    assert r.input_events == 90 and r.batches >= 3
+    assert r.matches_reference, r.mismatches
+    assert r.sessions_written > 5
