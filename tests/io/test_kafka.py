@@ -185,3 +185,41 @@ def test_the_demo_through_kafka_matches_the_reference(kafka_spark, kafka_broker,
     assert r.input_events == 90 and r.batches >= 3
     assert r.matches_reference, r.mismatches
     assert r.sessions_written > 5
+
+
+@pytest.mark.timeout(900)
+def test_state_moves_from_topic_a_to_topic_b(kafka_spark, kafka_broker, tmp_path):
+    """Seed 002's move: visited-pages on topic A, its state exported, a new query on topic B starting
+    from that state (--initial-state): the two runs' output together equals one uninterrupted run's
+    over A then B (a topic C holding A's messages and then B's)."""
+    from sparkstate.cli import main
+
+    spark = kafka_spark
+    rng_pages = [f"page{i}" for i in range(7)]
+    visits = [(f"u{(i * 7) % 5}", rng_pages[(i * 3) % 7]) for i in range(60)]
+    first, second = visits[:35], visits[35:]
+    a, b, c = _topic("visits-a"), _topic("visits-b"), _topic("visits-c")
+    for t in (a, b, c):
+        kafka_broker.create_topic(t, 1)
+    line = lambda v: json.dumps({"user_id": v[0], "page": v[1]})  # noqa: E731
+    kafka_broker.produce(a, [line(v) for v in first])
+    kafka_broker.produce(b, [line(v) for v in second])
+    kafka_broker.produce(c, [line(v) for v in visits])
+
+    def run(topic: str, name: str, initial: Path | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        run_pipeline(spark, JobConfig(
+            "visited-pages", source=f"kafka:{kafka_broker.bootstrap}/{topic}", sink=f"parquet:{tmp_path / name}",
+            checkpoint=str(tmp_path / f"ck-{name}"), once=True, trigger="200 milliseconds",
+            initial_state=None if initial is None else str(initial),
+            options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "20"}))
+        return [(r.user_id, tuple(r.visited_pages)) for r in spark.read.parquet(str(tmp_path / name)).collect()]
+
+    on_a = run(a, "out-a")
+    assert main(["state", "export", str(tmp_path / "ck-out-a"), str(tmp_path / "state.parquet")]) == 0
+    on_b = run(b, "out-b", tmp_path / "state.parquet")
+    uninterrupted = run(c, "out-c")
+    assert len(uninterrupted) == len(visits)
+    assert Counter(on_a + on_b) == Counter(uninterrupted)
+    # each user's last list holds all of the user's visits, in order
+    for user in {u for u, _ in visits}:
+        assert max((p for u, p in on_b if u == user), key=len) == tuple(p for u, p in visits if u == user)
