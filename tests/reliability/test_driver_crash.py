@@ -36,6 +36,8 @@ GAP = "1 minute"
 FILES = 8
 DATA = StreamConfig(users=20, seed=SEED, events=800, rate=0, malformed_share=0.03)
 RUN_TIMEOUT_S = 300.0  # one run; a few seconds on an idle machine, minutes on a crowded one
+# A run with the Kafka source also connects to the broker and runs one more Python worker per scan.
+KAFKA_RUN_TIMEOUT_S = 600.0
 # A whole test: a few restarts, each starting a JVM (pytest's default 600 s is short on a crowded machine).
 CRASH_TEST_TIMEOUT_S = 1800
 
@@ -76,8 +78,8 @@ def clicks(tmp_path: Path):
 def _job(tmp_path: Path, source: Path | str, sink: str, probe: SinkProbe, engine: str | None, *,
          deadletter: str | None = None, env: dict[str, str] | None = None) -> CrashingJob:
     ck = tmp_path / "ck"
-    if isinstance(source, str):  # a kafka: topic, read 100 offsets per micro-batch
-        reading = ["--source", source, "--option", "startingOffsets=earliest", "--option", "maxOffsetsPerTrigger=100"]
+    if isinstance(source, str):  # a kafka: topic, read 200 offsets per micro-batch
+        reading = ["--source", source, "--option", "startingOffsets=earliest", "--option", "maxOffsetsPerTrigger=200"]
     else:
         reading = ["--source", f"files:{source}", "--option", "maxFilesPerTrigger=1"]
     args = cli(
@@ -90,11 +92,11 @@ def _job(tmp_path: Path, source: Path | str, sink: str, probe: SinkProbe, engine
 
 
 def _crash_and_restart(job: CrashingJob, sink_name: str, points: tuple[str, ...],
-                       wait_for: str | None = None) -> list:
+                       wait_for: str | None = None, run_timeout_s: float = RUN_TIMEOUT_S) -> list:
     """The seeded plan of kills (each of ``points`` once), then a run to the end; no process left behind."""
     plan = plan_kills(SEED, sink_name, points, extra=EXTRA_KILLS, wait_for=wait_for)
     try:
-        kills = job.crash_and_restart(plan, RUN_TIMEOUT_S)
+        kills = job.crash_and_restart(plan, run_timeout_s)
     finally:
         leftovers = job.leftovers()
         assert leftovers == [], f"processes of the job outlived it: {leftovers}"
@@ -210,7 +212,7 @@ def test_kafka_source_into_postgres_survives_driver_kills(spark, tmp_path, kafka
     job = _job(tmp_path, source, f"postgres:{postgres_server.url_without_password}/{table}", probe, None,
                deadletter=f"parquet:{dead_dir}", env={"PGPASSWORD": postgres_server.password})
     try:
-        kills = _crash_and_restart(job, "kafka-postgres", ESSENTIAL)
+        kills = _crash_and_restart(job, "kafka-postgres", ESSENTIAL, run_timeout_s=KAFKA_RUN_TIMEOUT_S)
     finally:
         probe.close()
     rows = postgres_server.query(
@@ -234,7 +236,7 @@ def test_kafka_source_into_delta_survives_driver_kills(spark, tmp_path, kafka_cl
     out = tmp_path / "sessions"
     probe = DeltaProbe(out, tmp_path / "ck")
     job = _job(tmp_path, source, f"delta:{out}", probe, None)
-    kills = _crash_and_restart(job, "kafka-delta", ESSENTIAL)
+    kills = _crash_and_restart(job, "kafka-delta", ESSENTIAL, run_timeout_s=KAFKA_RUN_TIMEOUT_S)
     written = [Session.from_row(r) for r in read_delta(str(out)).to_pylist()]
     dead_raw = [r["raw"] for r in read_delta(str(out / "_deadletter")).to_pylist()]
     figures = _compare(job, records, written, dead_raw, kills)
