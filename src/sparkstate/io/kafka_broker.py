@@ -194,6 +194,16 @@ class LocalKafka:
             consumer.close()
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the broker gets SIGTERM when the process that started it dies (a killed test run)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").exists():
@@ -241,7 +251,7 @@ def start(timeout_s: float = 120.0) -> LocalKafka:
         raise RuntimeError(f"formatting the Kafka log directory failed:\n{fmt.stdout}\n{fmt.stderr}")
     log = open(root / "broker.log", "wb")
     proc = subprocess.Popen(base + ["kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
     log.close()
     broker = LocalKafka(root, proc, port)
     deadline = time.monotonic() + timeout_s
