@@ -78,7 +78,7 @@ def test_sessionize_reads_a_three_partition_topic_exactly(kafka_spark, kafka_bro
     assert sum(expected.values()) > 40
 
     dead = spark.read.parquet(str(out / "_deadletter")).collect()
-    assert Counter(r.raw for r in dead) == Counter(malformed)
+    assert Counter(r.raw for r in dead) == Counter(list(malformed))
     for r in dead:
         p, off = malformed[r.raw]
         assert r.source == f"kafka:{topic}/{p}@{off}"
