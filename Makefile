@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench soak install clean pg
+.PHONY: demo test bench soak install clean pg kafka
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,13 @@ pg:
 	  echo "PostgreSQL server binaries (initdb, pg_ctl) are needed by the tests: install PostgreSQL, or set SPARKSTATE_PG_BIN" >&2; exit 1; \
 	fi
 
-test: $(STAMP) pg
+# Spark's Kafka connector and a Kafka broker (for the kafka: tests and `sparkstate demo --kafka`):
+# resolved with Maven into its local repository; sparkstate.io.connectors decides the coordinates
+# and writes the jar lists to ~/.cache/sparkstate (SPARKSTATE_CACHE). Needs mvn and Java 17.
+kafka: $(STAMP)
+	$(PY) -c "from sparkstate.io.connectors import main; raise SystemExit(main(['fetch']))"
+
+test: $(STAMP) pg kafka
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -14,12 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def spark():
     import sparkstate as ss
+    from sparkstate.io import connectors
 
-    session = ss.spark_session(
-        "sparkstate-tests",
-        master="local[2]",
-        config={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
-    )
+    config = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+    # Spark's Kafka connector, from the jars `make kafka` fetched (the kafka tests fail without them).
+    config.update(connectors.spark_settings(kafka=True))
+    session = ss.spark_session("sparkstate-tests", master="local[2]", config=config)
     yield session
     from tests import streams
 
@@ -33,3 +33,33 @@ def spark():
 @pytest.fixture(autouse=True, scope="session")
 def _doctest_spark(doctest_namespace):
     doctest_namespace["ROOT"] = ROOT
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """A real single-node Kafka broker (KRaft) on a free localhost port, once per test session.
+
+    Started from the jars ``make kafka`` fetched (``make test`` does it first); without them the
+    tests that use it fail, naming the command.
+    """
+    from sparkstate.errors import ConfigError
+    from sparkstate.io import kafka_broker as kb
+
+    try:
+        broker = kb.start()
+    except ConfigError as exc:
+        pytest.fail(f"no Kafka broker for the tests: {exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def kafka_spark(spark):
+    """The tests' SparkSession, checked to have Spark's Kafka connector."""
+    from sparkstate.io.connectors import MAKE_HINT, kafka_connector_available
+
+    if not kafka_connector_available(spark):
+        pytest.fail(f"Spark's Kafka connector is not on the test session's classpath: {MAKE_HINT}", pytrace=False)
+    return spark

@@ -12,6 +12,11 @@ is finished; the sessions whose end + gap the final watermark (the latest event 
 watermark delay) has not yet passed are *still open*: they stay in the state store, are not in
 the output, and are reported as open. The written sessions are compared with the generator's
 reference sessions finished by that same watermark (:func:`~sparkstate.io.reference_sessions`).
+
+With ``kafka=`` (``sparkstate demo --kafka``) the same events also go, in the same order, to a
+one-partition topic of a Kafka broker, and the query reads the topic instead of the files
+(Spark's Kafka source, as many offsets per micro-batch as a file holds): same batches, same
+sessions, same check.
 """
 
 from __future__ import annotations
@@ -160,6 +165,25 @@ def _parse_watermark(text: str | None) -> datetime | None:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
+def _kafka_stream(spark: "SparkSession", kafka: Any, input_dir: Path, seed: int, per_batch: int) -> Any:
+    """The input files' lines, in order, produced to a new one-partition topic; the topic as a stream of events."""
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from .io.connectors import require_kafka_connector
+
+    require_kafka_connector(spark, "demo --kafka")
+    topic = f"sparkstate-demo-{seed}-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 1)
+    lines = [line for f in sorted(input_dir.glob("*.json")) for line in f.read_text().splitlines() if line]
+    kafka.produce(topic, lines)
+    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+           .option("subscribe", topic).option("startingOffsets", "earliest")
+           .option("maxOffsetsPerTrigger", per_batch).load())
+    return raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+
+
 def run_demo(
     spark: "SparkSession",
     out: str | Path = "sparkstate-demo",
@@ -171,10 +195,13 @@ def run_demo(
     gap: Duration = "1 minute",
     watermark: Duration = "10 seconds",
     on_batch: Callable[[BatchInfo], None] | None = None,
+    kafka: Any = None,
 ) -> DemoResult:
     """Run the demo job into ``out`` and return what it produced (nothing is printed).
 
-    ``on_batch`` is called (on a listener thread) after every micro-batch.
+    ``on_batch`` is called (on a listener thread) after every micro-batch. ``kafka``: a running
+    broker (:class:`~sparkstate.io.kafka_broker.LocalKafka`) to read the events through instead
+    of the files; Spark's Kafka connector must be on ``spark``'s classpath.
 
     >>> import tempfile, sparkstate as ss
     >>> r = run_demo(ss.spark_session(), tempfile.mkdtemp(), events=60, users=3, files=2)
@@ -189,7 +216,10 @@ def run_demo(
     generated = generate_events(events, users, seed, gap=gap)
     write_events(generated, input_dir, files=files)
 
-    stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    if kafka is None:
+        stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
+    else:
+        stream = _kafka_stream(spark, kafka, input_dir, seed, per_batch=-(-len(generated) // files))
     sessions = sessionize(stream, gap=gap, time_mode="event", watermark=watermark)
     writer = (
         sessions.writeStream.format("parquet")

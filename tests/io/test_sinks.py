@@ -66,7 +66,11 @@ def test_deadletter_defaults():
 @pytest.mark.parametrize("text, message", [
     ("", "sink: empty spec; expected one of: "),
     ("   ", "sink: empty spec"),
-    ("kafka:localhost:9092/t", "sink: unknown sink 'kafka' in 'kafka:localhost:9092/t'"),
+    ("ftp:localhost:9092/t", "sink: unknown sink 'ftp' in 'ftp:localhost:9092/t'"),
+    ("kafka:localhost:9092", "'kafka' needs the brokers and one topic"),
+    ("kafka:localhost:9092/a,b", "'kafka' needs the brokers and one topic"),
+    ("kafka:nohost/t", "Kafka brokers are host:port"),
+    ("delta:", "'delta' needs the table's directory"),
     ("/tmp/out", "unknown sink '/tmp/out'"),
     ("console:wide", "'console' takes no argument in 'console:wide'"),
     ("memory:my-table", "the memory sink's NAME must be a table name (letters, digits, _), got 'my-table'"),
@@ -105,8 +109,10 @@ def test_non_string_spec_and_hand_built_specs():
     with pytest.raises(ConfigError, match=r"sink: expected a spec string \(console \| memory .*\), got int"):
         parse_sink(42)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="SinkSpec: kind must be one of console, parquet, json, postgres, memory,"
-                                          " got 'kafka'"):
-        SinkSpec("kafka")  # type: ignore[arg-type]
+                                          " delta, kafka, got 'ftp'"):
+        SinkSpec("ftp")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="SinkSpec: a kafka sink needs url="):
+        SinkSpec("kafka")
     with pytest.raises(ConfigError, match=r"SinkSpec: a parquet sink needs path=\.\.\."):
         SinkSpec("parquet")
     with pytest.raises(ConfigError, match="SinkSpec: a postgres sink needs table="):

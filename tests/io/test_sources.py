@@ -355,14 +355,22 @@ def test_generator_paces_at_its_rate(monkeypatch):
 
 # --- kafka -----------------------------------------------------------------------------------------
 
-def test_kafka_without_the_connector_names_the_package(spark):
-    with pytest.raises(ConfigError) as info:
-        open_source(spark, "kafka:localhost:9092/clicks")
-    text = str(info.value)
+def test_kafka_missing_connector_message_names_the_package(spark):
+    """The message a kafka: source gives without the connector (the test session has it, so the
+    refusal itself is shown by tests/io/test_kafka.py's `sparkstate run` without the jars)."""
+    from sparkstate.io.connectors import kafka_missing
+
+    text = str(kafka_missing(spark.version, "source kafka:localhost:9092/clicks"))
     assert "Spark's Kafka connector is not on the classpath" in text
     assert "org.apache.spark.sql.kafka010.KafkaSourceProvider" in text
     assert f"--packages {kafka_package(spark)}" in text
-    assert kafka_package(spark) == f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}"
+    assert kafka_package(spark).startswith("org.apache.spark:spark-sql-kafka-0-10_2.13:")
+
+
+def test_kafka_topic_lists():
+    assert parse_source("kafka:h:1/a, b").topics == ("a", "b")
+    with pytest.raises(ConfigError, match="Kafka topic names are letters"):
+        parse_source("kafka:h:1/a,,b")
 
 
 def test_default_schema_is_the_clickstream(spark, tmp_path):

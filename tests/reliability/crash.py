@@ -223,6 +223,26 @@ class PostgresProbe(SinkProbe):
         self.conn.close()  # type: ignore[attr-defined]
 
 
+class DeltaProbe(SinkProbe):
+    """The delta sink: batch N is in the table exactly when the table's transaction for the query is >= N."""
+
+    name = "delta"
+
+    def __init__(self, table: Path, checkpoint: Path) -> None:
+        self.table = table
+        self.checkpoint = checkpoint
+
+    def state(self, n: int) -> str:
+        from sparkstate.io.delta import committed_version
+
+        try:
+            query_id = json.loads((self.checkpoint / "metadata").read_text())["id"]
+        except (OSError, ValueError, KeyError):
+            return NONE
+        done = committed_version(str(self.table), f"sparkstate:{query_id}")
+        return WRITTEN if done is not None and done >= n else NONE
+
+
 def classify(ck: Checkpoint, sink: SinkProbe) -> tuple[str, int | None, str]:
     """(kill point, batch, sink state of that batch) as the disk shows it after a kill."""
     planned, committed = ck.last_planned(), ck.last_committed()

@@ -23,8 +23,8 @@ from sparkstate.io.generator import Session, StreamConfig, reference_sessions, s
 from sparkstate.jobs.generate import generate_files
 from tests.io.pg import postgres_server  # noqa: F401
 from tests.reliability.crash import (
-    KILL_POINTS, MID_BATCH, MID_COMMIT, WRITING, WRITTEN, Checkpoint, CrashingJob, ParquetProbe, PostgresProbe,
-    SinkProbe, cli, plan_kills,
+    KILL_POINTS, MID_BATCH, MID_COMMIT, WRITING, WRITTEN, Checkpoint, CrashingJob, DeltaProbe, ParquetProbe,
+    PostgresProbe, SinkProbe, cli, plan_kills,
 )
 
 pytestmark = pytest.mark.reliability
@@ -36,6 +36,8 @@ GAP = "1 minute"
 FILES = 8
 DATA = StreamConfig(users=20, seed=SEED, events=800, rate=0, malformed_share=0.03)
 RUN_TIMEOUT_S = 300.0  # one run; a few seconds on an idle machine, minutes on a crowded one
+# A run with the Kafka source also connects to the broker and runs one more Python worker per scan.
+KAFKA_RUN_TIMEOUT_S = 600.0
 # A whole test: a few restarts, each starting a JVM (pytest's default 600 s is short on a crowded machine).
 CRASH_TEST_TIMEOUT_S = 1800
 
@@ -73,24 +75,28 @@ def clicks(tmp_path: Path):
     return tmp_path / "in", stream_records(DATA)
 
 
-def _job(tmp_path: Path, source: Path, sink: str, probe: SinkProbe, engine: str | None, *,
+def _job(tmp_path: Path, source: Path | str, sink: str, probe: SinkProbe, engine: str | None, *,
          deadletter: str | None = None, env: dict[str, str] | None = None) -> CrashingJob:
     ck = tmp_path / "ck"
+    if isinstance(source, str):  # a kafka: topic, read 200 offsets per micro-batch
+        reading = ["--source", source, "--option", "startingOffsets=earliest", "--option", "maxOffsetsPerTrigger=200"]
+    else:
+        reading = ["--source", f"files:{source}", "--option", "maxFilesPerTrigger=1"]
     args = cli(
-        "run", "sessionize", "--source", f"files:{source}", "--format", "json", "--sink", sink,
+        "run", "sessionize", *reading[:2], "--format", "json", "--sink", sink,
         "--checkpoint", str(ck), "--gap", GAP, "--time-mode", "event", "--watermark", "0 seconds",
-        "--trigger", "500 milliseconds", "--option", "maxFilesPerTrigger=1", "--once", "--no-progress",
+        "--trigger", "500 milliseconds", *reading[2:], "--once", "--no-progress",
         *(["--deadletter", deadletter] if deadletter else []), *_engine_args(engine),
     )
     return CrashingJob(args, Checkpoint(ck), probe, tmp_path / "job.log", tmp_path, env or {})
 
 
 def _crash_and_restart(job: CrashingJob, sink_name: str, points: tuple[str, ...],
-                       wait_for: str | None = None) -> list:
+                       wait_for: str | None = None, run_timeout_s: float = RUN_TIMEOUT_S) -> list:
     """The seeded plan of kills (each of ``points`` once), then a run to the end; no process left behind."""
     plan = plan_kills(SEED, sink_name, points, extra=EXTRA_KILLS, wait_for=wait_for)
     try:
-        kills = job.crash_and_restart(plan, RUN_TIMEOUT_S)
+        kills = job.crash_and_restart(plan, run_timeout_s)
     finally:
         leftovers = job.leftovers()
         assert leftovers == [], f"processes of the job outlived it: {leftovers}"
@@ -181,6 +187,59 @@ def test_postgres_sink_survives_driver_kills(spark, tmp_path, clicks, engine, po
         (f"{table}@%",))[0]
     assert batches[1] == len(rows)  # every row came with its batch's progress row, in one transaction
     print(f"postgres batches committed: {batches[0]}; {time.monotonic() - started:.0f} s")
+    assert figures["sessions_expected"] > 100
+
+
+@pytest.fixture
+def kafka_clicks(kafka_broker):
+    """The generator's records (a few malformed) in a one-partition topic, in record order, as the
+    files hold them; the kill plan then meets the same input as with the files source."""
+    records = stream_records(DATA)
+    topic = f"crash-clicks-{time.monotonic_ns()}"
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, [r.line for r in records])
+    return f"kafka:{kafka_broker.bootstrap}/{topic}", records
+
+
+@pytest.mark.timeout(CRASH_TEST_TIMEOUT_S)
+def test_kafka_source_into_postgres_survives_driver_kills(spark, tmp_path, kafka_clicks, postgres_server):
+    """The Kafka source's offsets in the checkpoint + the postgres sink's batch ids: exactly once."""
+    source, records = kafka_clicks
+    table = "crash_kafka_sessions"
+    postgres_server.execute(f"DROP TABLE IF EXISTS {table}")
+    probe = PostgresProbe(postgres_server.connect, table)
+    dead_dir = tmp_path / "dead"
+    job = _job(tmp_path, source, f"postgres:{postgres_server.url_without_password}/{table}", probe, None,
+               deadletter=f"parquet:{dead_dir}", env={"PGPASSWORD": postgres_server.password})
+    try:
+        kills = _crash_and_restart(job, "kafka-postgres", ESSENTIAL, run_timeout_s=KAFKA_RUN_TIMEOUT_S)
+    finally:
+        probe.close()
+    rows = postgres_server.query(
+        f"SELECT user_id, session_start, session_end, event_count, events, closed_by FROM {table}")
+    names = ("user_id", "session_start", "session_end", "event_count", "events", "closed_by")
+    written = [Session.from_row(dict(zip(names, r))) for r in rows]
+    dead = spark.read.parquet(str(dead_dir)).collect()
+    figures = _compare(job, records, written, [r.raw for r in dead], kills)
+    topic = source.rpartition("/")[2]
+    assert all(r.source.startswith(f"kafka:{topic}/0@") for r in dead)  # where each came from
+    assert figures["sessions_expected"] > 100
+
+
+@pytest.mark.timeout(CRASH_TEST_TIMEOUT_S)
+def test_kafka_source_into_delta_survives_driver_kills(spark, tmp_path, kafka_clicks):
+    """The Kafka source into the Delta sink (rows and batch id in one Delta commit): exactly once;
+    dead letters in the default delta:PATH/_deadletter table."""
+    from sparkstate.io.delta import read_delta
+
+    source, records = kafka_clicks
+    out = tmp_path / "sessions"
+    probe = DeltaProbe(out, tmp_path / "ck")
+    job = _job(tmp_path, source, f"delta:{out}", probe, None)
+    kills = _crash_and_restart(job, "kafka-delta", ESSENTIAL, run_timeout_s=KAFKA_RUN_TIMEOUT_S)
+    written = [Session.from_row(r) for r in read_delta(str(out)).to_pylist()]
+    dead_raw = [r["raw"] for r in read_delta(str(out / "_deadletter")).to_pylist()]
+    figures = _compare(job, records, written, dead_raw, kills)
     assert figures["sessions_expected"] > 100
 
 

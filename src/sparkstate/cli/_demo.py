@@ -30,6 +30,8 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--users", type=positive_int, default=60, help="number of users (default: %(default)s)")
     demo.add_argument("--out", default="sparkstate-demo", help="output directory (default: ./%(default)s)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    demo.add_argument("--kafka", action="store_true", help="read the events through a local Kafka broker (started"
+                      " and stopped here, from the jars `make kafka` fetched) instead of the files")
     demo.set_defaults(run=_demo)
 
 
@@ -42,6 +44,22 @@ def _demo(args: argparse.Namespace) -> int:
     from ..demo import prepare_out_dir, run_demo
 
     started = time.monotonic()
+    broker = None
+    spark_config: dict[str, str] = {}
+    if getattr(args, "kafka", False):
+        from ..errors import ConfigError
+        from ..io import connectors
+
+        missing = [g for g in ("spark-kafka", "kafka-broker") if not connectors.fetched(g)]
+        if missing:
+            raise ConfigError(f"demo --kafka: the Kafka jars ({', '.join(missing)}) are not fetched:"
+                              f" {connectors.MAKE_HINT}")
+        try:
+            import confluent_kafka  # noqa: F401  (producing the events to the topic)
+        except ImportError:
+            raise ConfigError("demo --kafka: producing to the broker needs confluent-kafka:"
+                              " pip install 'sparkstate[kafka]'") from None
+        spark_config = connectors.spark_settings(kafka=True)
     out = prepare_out_dir(args.out)
     log_path = out / "spark.log"
     active = SparkSession.getActiveSession()  # embedded (e.g. a notebook): use it as it is
@@ -54,7 +72,13 @@ def _demo(args: argparse.Namespace) -> int:
     previous_handler = signal.getsignal(signal.SIGINT) if in_main_thread else None
     try:
         with console.status("Starting Spark (local) ...") as status:
-            spark = active if active is not None else ss.spark_session("sparkstate-demo")
+            if spark_config:
+                from ..io import kafka_broker
+
+                status.update("Starting a local Kafka broker ...")
+                broker = kafka_broker.start()
+                status.update("Starting Spark (local) ...")
+            spark = active if active is not None else ss.spark_session("sparkstate-demo", config=spark_config)
             if in_main_thread:
                 # PySpark's own SIGINT handler calls into the JVM from inside the interrupted
                 # call (a py4j re-entrancy error); a plain KeyboardInterrupt lets run_demo let
@@ -68,8 +92,11 @@ def _demo(args: argparse.Namespace) -> int:
                     f" {b.state_rows} rows in the state store"
                 )
 
-            result = run_demo(spark, out, events=args.events, users=args.users, seed=args.seed, on_batch=on_batch)
+            result = run_demo(spark, out, events=args.events, users=args.users, seed=args.seed, on_batch=on_batch,
+                              kafka=broker)
     finally:
+        if broker is not None:
+            broker.stop()
         if own_session and spark is not None:
             spark.stop()
         if previous_handler is not None:

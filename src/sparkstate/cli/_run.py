@@ -70,6 +70,10 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--master", metavar="URL", help="Spark master when sparkstate starts Spark, e.g."
                      " spark://HOST:7077 (default: local[*]; SPARKSTATE_MASTER)")
     run.add_argument("--engine", metavar="NAME", help="state engine: batched (default, fastest) or tws")
+    run.add_argument("--packages", metavar="COORDS", help="Maven coordinates Spark resolves at start"
+                     " (spark.jars.packages), e.g. Spark's Kafka connector for kafka: sources and sinks")
+    run.add_argument("--jars", metavar="PATHS", help="local jar files for Spark's classpath (spark.jars),"
+                     " comma-separated (default for kafka: specs: the jars `make kafka` fetched, if any)")
     run.add_argument("--config", metavar="FILE", help="settings from a .yaml/.yml/.toml file")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                      help="show progress: a live table on a terminal, log lines otherwise (default: on)")
@@ -78,7 +82,16 @@ def add_parser(sub: Any) -> None:
 
 RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
                 "initial_state", "metrics", "once", "query_name", "spark_log", "master", "engine", "max_future_skew",
-                "emit_on_last", "config")
+                "emit_on_last", "packages", "jars", "config")
+
+
+def _connector_settings(config: Any) -> dict[str, str]:
+    """spark.jars / spark.jars.packages for a session this command starts (see :mod:`sparkstate.io.connectors`)."""
+    from ..io.connectors import spark_settings
+
+    specs = [config.source, config.sink, config.deadletter or ""]
+    kafka = any(s.strip().lower().startswith("kafka:") for s in specs)
+    return spark_settings(config.packages, config.jars, kafka=kafka)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -135,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with console.status(f"Starting Spark ({config.master or 'local'}) ..."):
             spark = active if active is not None else ss.spark_session(f"sparkstate-{config.pipeline}",
-                                                                       master=config.master)
+                                                                       master=config.master,
+                                                                       config=_connector_settings(config))
         if not own_session and config.master and spark.sparkContext.master != config.master:
             logging.getLogger("sparkstate").warning("run: master %s ignored: this process already runs Spark on %s",
                                                     config.master, spark.sparkContext.master)

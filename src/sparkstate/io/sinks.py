@@ -1,4 +1,4 @@
-"""Where a stream's rows go: ``console``, ``parquet:DIR``, ``json:DIR``, ``postgres:URL/TABLE``, ``memory``.
+"""Where a stream's rows go: ``console``, ``parquet:DIR``, ``json:DIR``, ``postgres:URL/TABLE``, ``delta:PATH``, ``kafka:BROKERS/TOPIC``, ``memory``.
 
 A sink is named by a short spec string (:func:`parse_sink` -> :class:`SinkSpec`) and started on
 a streaming DataFrame with :func:`start_sink`, which returns the ``StreamingQuery``.
@@ -16,8 +16,14 @@ a streaming DataFrame with :func:`start_sink`, which returns the ``StreamingQuer
 - ``postgres:postgresql://USER@HOST:PORT/DB/TABLE``: one transaction per micro-batch holding
   the rows and the batch id; a replayed batch is skipped (see :mod:`sparkstate.io.postgres`).
   Each batch's rows are appended, in update mode too.
+- ``delta:PATH``: a Delta Lake table; one Delta commit per micro-batch holding the rows and
+  the batch id as the table's application transaction; a replayed batch is skipped (see
+  :mod:`sparkstate.io.delta`; needs ``pip install 'sparkstate[delta]'``).
+- ``kafka:BROKERS/TOPIC``: one JSON message per row, keyed by the key column, through Spark's
+  Kafka connector. At-least-once: a replayed batch is sent again, with the same batch id and
+  record id headers, so consumers can drop the repeats (see :mod:`sparkstate.io.kafka`).
 
-File and postgres sinks need a checkpoint: it is what makes a restart resume where it
+File, postgres, delta and kafka sinks need a checkpoint: it is what makes a restart resume where it
 stopped, and what the exactly-once bookkeeping is keyed on. Two mistakes that would silently
 lose or hide output are refused up front (for local paths): a *new* checkpoint on a file sink
 directory that already holds committed batches (Spark would skip the new query's first
@@ -52,14 +58,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sparkstate.io.sinks")
 
-SinkKind = Literal["console", "parquet", "json", "postgres", "memory"]
+SinkKind = Literal["console", "parquet", "json", "postgres", "memory", "delta", "kafka"]
 OutputMode = Literal["append", "update"]
 SINK_KINDS: tuple[str, ...] = get_args(SinkKind)
 OUTPUT_MODES: tuple[str, ...] = get_args(OutputMode)
 
 #: The accepted spec forms, as shown in error messages.
 ACCEPTED_FORMS = ("console | memory | memory:NAME | parquet:DIR | json:DIR"
-                  " | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE")
+                  " | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE"
+                  " | delta:PATH | kafka:BROKERS/TOPIC")
 #: Console sink: rows shown per micro-batch.
 CONSOLE_ROWS = 100
 #: Memory sink table name when neither the spec nor the query names one.
@@ -74,8 +81,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class SinkSpec:
     """A parsed sink spec. Build it with :func:`parse_sink`.
 
-    ``path`` is set for file sinks, ``url`` (without password) and ``table`` for postgres,
-    ``name`` for a named memory sink. A password given in a postgres URL is kept out of
+    ``path`` is set for file and delta sinks, ``url`` (without password) and ``table`` for
+    postgres, ``url`` (the brokers) and ``table`` (the topic) for kafka, ``name`` for a named
+    memory sink. A password given in a postgres URL is kept out of
     ``repr``, ``str`` and comparisons.
 
     >>> s = parse_sink("memory:sessions")
@@ -93,7 +101,8 @@ class SinkSpec:
     def __post_init__(self) -> None:
         if self.kind not in SINK_KINDS:
             raise ConfigError(f"SinkSpec: kind must be one of {', '.join(SINK_KINDS)}, got {self.kind!r}")
-        need = {"parquet": ("path",), "json": ("path",), "postgres": ("url", "table")}.get(self.kind, ())
+        need = {"parquet": ("path",), "json": ("path",), "delta": ("path",), "postgres": ("url", "table"),
+                "kafka": ("url", "table")}.get(self.kind, ())
         for attr in need:
             if not getattr(self, attr):
                 raise ConfigError(f"SinkSpec: a {self.kind} sink needs {attr}=...; build specs with parse_sink(),"
@@ -106,12 +115,12 @@ class SinkSpec:
 
     @property
     def deadletter_default(self) -> str | None:
-        """Where dead letters go by default: ``DIR/_deadletter`` for a file sink, else ``None``.
+        """Where dead letters go by default: ``DIR/_deadletter`` for a file or delta sink, else ``None``.
 
         >>> parse_sink("json:out/").deadletter_default, parse_sink("console").deadletter_default
         ('out/_deadletter', None)
         """
-        if not self.is_file:
+        if not self.is_file and self.kind != "delta":
             return None
         return f"{self.path.rstrip('/')}/{DEADLETTER_DIR}"
 
@@ -133,8 +142,10 @@ class SinkSpec:
         return PostgresTarget(url=self.url, table=self.table, password=self.password)
 
     def __str__(self) -> str:
-        if self.kind in ("parquet", "json"):
+        if self.kind in ("parquet", "json", "delta"):
             return f"{self.kind}:{self.path}"
+        if self.kind == "kafka":
+            return f"kafka:{self.url}/{self.table}"
         if self.kind == "postgres":
             return f"postgres:{self.postgres_target.display}"
         if self.kind == "memory" and self.name:
@@ -143,7 +154,7 @@ class SinkSpec:
 
 
 def parse_sink(text: str) -> SinkSpec:
-    """Parse a sink spec: ``console``, ``memory[:NAME]``, ``parquet:DIR``, ``json:DIR`` or ``postgres:URL/TABLE``.
+    """Parse a sink spec: ``console``, ``memory[:NAME]``, ``parquet:DIR``, ``json:DIR``, ``postgres:URL/TABLE``, ``delta:PATH`` or ``kafka:BROKERS/TOPIC``.
 
     Bad specs raise :class:`~sparkstate.errors.ConfigError` naming the accepted forms.
 
@@ -154,10 +165,13 @@ def parse_sink(text: str) -> SinkSpec:
     >>> s = parse_sink("postgres:postgresql://app@db:5432/shop/public.sessions")
     >>> s.url, s.table
     ('postgresql://app@db:5432/shop', 'public.sessions')
-    >>> parse_sink("kafka:localhost:9092/out")
+    >>> k = parse_sink("kafka:localhost:9092/out")
+    >>> k.kind, k.url, k.table, str(k)
+    ('kafka', 'localhost:9092', 'out', 'kafka:localhost:9092/out')
+    >>> parse_sink("ftp:host/out")
     Traceback (most recent call last):
     ...
-    sparkstate.errors.ConfigError: sink: unknown sink 'kafka' in 'kafka:localhost:9092/out'; expected one of: console | memory | memory:NAME | parquet:DIR | json:DIR | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE
+    sparkstate.errors.ConfigError: sink: unknown sink 'ftp' in 'ftp:host/out'; expected one of: console | memory | memory:NAME | parquet:DIR | json:DIR | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE | delta:PATH | kafka:BROKERS/TOPIC
     """
     if isinstance(text, SinkSpec):
         return text
@@ -183,6 +197,18 @@ def parse_sink(text: str) -> SinkSpec:
         if not _NAME.match(rest):
             raise bad(f"the memory sink's NAME must be a table name (letters, digits, _), got {rest!r}")
         return SinkSpec("memory", name=rest)
+    if kind == "delta":
+        if not rest.strip():
+            raise bad("'delta' needs the table's directory, as delta:PATH")
+        return SinkSpec("delta", path=rest.strip())
+    if kind == "kafka":
+        brokers, slash, topic = rest.strip().rpartition("/")
+        if not slash or not brokers or not topic or "," in topic:
+            raise bad("'kafka' needs the brokers and one topic, as kafka:HOST:PORT[,HOST:PORT...]/TOPIC")
+        badb = [b for b in brokers.split(",") if not b.rpartition(":")[0] or not b.rpartition(":")[2].isdigit()]
+        if badb:
+            raise bad(f"Kafka brokers are host:port[,host:port...], got {', '.join(badb)}")
+        return SinkSpec("kafka", url=brokers, table=topic)
     if kind in ("parquet", "json"):
         if not rest.strip():
             raise bad(f"'{kind}' needs an output directory, as {kind}:DIR")
@@ -333,7 +359,7 @@ def start_sink(
     if mode not in OUTPUT_MODES:
         raise ConfigError(f"start_sink({spec}): output_mode must be 'append' or 'update', got {output_mode!r}")
     checkpoint = str(checkpoint) if checkpoint is not None else None
-    if checkpoint is None and spec.kind in ("parquet", "json", "postgres"):
+    if checkpoint is None and spec.kind in ("parquet", "json", "postgres", "delta", "kafka"):
         raise ConfigError(f"start_sink({spec}): a {spec.kind} sink needs checkpoint=DIR (it is what makes the"
                           " output exactly-once across restarts)")
     name = query_name
@@ -364,6 +390,14 @@ def start_sink(
         writer = writer.format(spec.kind).option("path", spec.path)
     elif spec.is_file:
         writer = writer.foreachBatch(FileBatchWriter(spec.kind, spec.path))  # type: ignore[arg-type]
+    elif spec.kind == "delta":
+        from .delta import DeltaBatchWriter
+
+        writer = writer.foreachBatch(DeltaBatchWriter(spec.path))
+    elif spec.kind == "kafka":
+        from .kafka import KafkaBatchWriter
+
+        writer = writer.foreachBatch(KafkaBatchWriter(spec.url, spec.table))
     else:  # postgres
         pg = PostgresBatchWriter(spec.postgres_target)
         pg.prepare(df.schema)

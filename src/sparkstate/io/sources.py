@@ -10,12 +10,14 @@ Every record of the source lands in exactly one of them.
 ('socket', '127.0.0.1', 9999, 'socket:127.0.0.1:9999')
 >>> parse_source("kafka:b1:9092,b2:9092/clicks").topic
 'clicks'
+>>> parse_source("kafka:b1:9092/a,b").topics
+('a', 'b')
 >>> parse_source("generator:rate=500,users=100,seed=7").generator.users
 100
 >>> parse_source("ftp://x")
 Traceback (most recent call last):
 ...
-sparkstate.errors.ConfigError: source 'ftp://x': expected one of generator[:rate=500,users=100,seed=7,late=0.01,malformed=0.01], socket:[HOST:]PORT, files:DIR, kafka:BROKERS/TOPIC
+sparkstate.errors.ConfigError: source 'ftp://x': expected one of generator[:rate=500,users=100,seed=7,late=0.01,malformed=0.01], socket:[HOST:]PORT, files:DIR, kafka:BROKERS/TOPIC[,TOPIC...]
 
 ``events`` and ``dead_letters`` are two views of one source: each streaming query on them reads
 the source itself. That is exact for files, Kafka and the generator (they replay by offset);
@@ -35,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
+from . import connectors
 from .generator import EVENT_SCHEMA, StreamConfig
 from .parse import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -60,12 +63,12 @@ ACCEPTED = (
     "generator[:rate=500,users=100,seed=7,late=0.01,malformed=0.01]",
     "socket:[HOST:]PORT",
     "files:DIR",
-    "kafka:BROKERS/TOPIC",
+    "kafka:BROKERS/TOPIC[,TOPIC...]",
 )
 #: Socket sources connect here unless the spec names a host.
 DEFAULT_SOCKET_HOST = "127.0.0.1"
 #: The class Spark's Kafka connector provides; checked before a Kafka stream is defined.
-KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+KAFKA_PROVIDER = connectors.KAFKA_PROVIDER
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,11 @@ class SourceSpec:
     brokers: str | None = None
     topic: str | None = None
     generator: StreamConfig | None = field(default=None, repr=False)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The Kafka topics of a ``kafka:`` spec (``topic`` holds them comma-separated)."""
+        return tuple(t for t in (self.topic or "").split(",") if t)
 
     def __str__(self) -> str:
         if self.kind == "files":
@@ -128,7 +136,8 @@ def parse_source(text: str) -> SourceSpec:
       ``gap``, ``last``, ``late``, ``late_by``, ``malformed``, ``session``, ...)
     - ``socket:PORT`` (on localhost) or ``socket:HOST:PORT``
     - ``files:DIR``: a landing directory of JSON-lines, CSV or Parquet files
-    - ``kafka:BROKERS/TOPIC``: ``BROKERS`` is ``host:port[,host:port...]``
+    - ``kafka:BROKERS/TOPIC[,TOPIC...]``: ``BROKERS`` is ``host:port[,host:port...]``; several
+      topics are read as one stream
 
     >>> parse_source("files:/data/in").path
     '/data/in'
@@ -174,7 +183,12 @@ def parse_source(text: str) -> SourceSpec:
         bad = [b for b in brokers.split(",") if not b.rpartition(":")[0] or not b.rpartition(":")[2].isdigit()]
         if bad:
             raise ConfigError(f"source {text!r}: Kafka brokers are host:port[,host:port...], got {', '.join(bad)}")
-        return SourceSpec("kafka", spec, brokers=brokers, topic=topic)
+        topics = [t.strip() for t in topic.split(",")]
+        bad_topics = [t for t in topics if not t or not all(c.isalnum() or c in "._-" for c in t)]
+        if bad_topics:
+            raise ConfigError(f"source {text!r}: Kafka topic names are letters, digits, '.', '_' and '-',"
+                              f" separated by commas; got {topic!r}")
+        return SourceSpec("kafka", spec, brokers=brokers, topic=",".join(topics))
     if kind in ("file", "dir", "path"):
         raise _fail(text, f"did you mean files:{rest}?")
     raise _fail(text)
@@ -249,43 +263,52 @@ def kafka_connector_available(spark: "SparkSession") -> bool | None:
     """Whether Spark's Kafka connector is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect).
 
     >>> import sparkstate as ss
-    >>> kafka_connector_available(ss.spark_session())  # the pyspark wheel does not ship it
-    False
+    >>> kafka_connector_available(ss.spark_session()) in (True, False)
+    True
     """
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:
-        return None
-    try:
-        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-        jvm.java.lang.Class.forName(KAFKA_PROVIDER, False, loader)
-        return True
-    except Exception:
-        return False
+    return connectors.kafka_connector_available(spark)
 
 
-def kafka_package(spark: "SparkSession") -> str:
-    """The Maven coordinates of the Kafka connector matching ``spark``'s version.
+def kafka_package(spark: "SparkSession | None" = None) -> str:
+    """The Maven coordinates of the Kafka connector for ``spark``'s version (decided in :mod:`sparkstate.io.connectors`).
 
-    >>> import sparkstate as ss
-    >>> kafka_package(ss.spark_session())
+    >>> kafka_package()
     'org.apache.spark:spark-sql-kafka-0-10_2.13:...'
     """
-    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}"
+    return connectors.kafka_package(None if spark is None else spark.version)
 
 
 def _kafka_missing(spark: "SparkSession", spec: SourceSpec) -> ConfigError:
-    pkg = kafka_package(spark)
-    return ConfigError(
-        f"source {spec}: Spark's Kafka connector is not on the classpath (class {KAFKA_PROVIDER} not found;"
-        f" the pyspark package does not ship it). Add it when Spark starts: spark-submit --packages {pkg},"
-        f" or PYSPARK_SUBMIT_ARGS='--packages {pkg} pyspark-shell',"
-        f" or SparkSession.builder.config('spark.jars.packages', '{pkg}')"
-    )
+    return connectors.kafka_missing(spark.version, f"source {spec}")
 
 
-def _open_kafka(spark: "SparkSession", spec: SourceSpec, opts: dict[str, str]) -> DataFrame:
+#: The Kafka source's own options (the rest go to the JSON/CSV parser; ``kafka.*`` to the consumer).
+KAFKA_OPTIONS = ("startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+                 "failOnDataLoss", "startingTimestamp", "startingOffsetsByTimestamp", "maxTriggerDelay",
+                 "minPartitions", "groupIdPrefix", "includeHeaders", "kafkaConsumer.pollTimeoutMs",
+                 "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
+
+
+def _kafka_reader_options(opts: dict[str, str]) -> dict[str, str]:
+    own = {o.lower() for o in KAFKA_OPTIONS}
+    return {k: v for k, v in opts.items() if k.lower() in own or k.startswith("kafka.")}
+
+
+def kafka_records(spark: "SparkSession", spec: SourceSpec | str, options: Mapping[str, object] | None = None) -> DataFrame:
+    """The Kafka topics of ``spec`` as a stream of their records, unparsed.
+
+    Columns: ``key`` and ``value`` (strings), ``topic``, ``partition``, ``offset``,
+    ``timestamp`` (the record's Kafka timestamp) and ``_where`` (``kafka:TOPIC/PARTITION@OFFSET``,
+    what dead letters carry as their ``source``). ``options`` go to Spark's Kafka source
+    (:data:`KAFKA_OPTIONS`, ``kafka.*`` consumer settings; it ignores others).
+    """
+    if isinstance(spec, str):
+        spec = parse_source(spec)
+    if spec.kind != "kafka":
+        raise ConfigError(f"kafka_records: expected a kafka: source, got {spec}")
     if kafka_connector_available(spark) is False:
         raise _kafka_missing(spark, spec)
+    opts = {str(k): str(v) for k, v in (options or {}).items()}
     try:
         df = (
             spark.readStream.format("kafka")
@@ -300,7 +323,12 @@ def _open_kafka(spark: "SparkSession", spec: SourceSpec, opts: dict[str, str]) -
         raise
     where = F.concat(F.lit("kafka:"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
                      F.lit("@"), F.col("offset").cast("string"))
-    return df.select(F.col("value").cast("string").alias("value"), where.alias("_where"))
+    return df.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+                     "topic", "partition", "offset", "timestamp", where.alias("_where"))
+
+
+def _open_kafka(spark: "SparkSession", spec: SourceSpec, opts: dict[str, str]) -> DataFrame:
+    return kafka_records(spark, spec, opts).select("value", "_where")
 
 
 def open_source(
@@ -370,6 +398,8 @@ def open_source(
     else:
         raw = _open_kafka(spark, spec, opts)
     parse_opts = {k: v for k, v in opts.items() if spec.kind != "generator"}
+    if spec.kind == "kafka":  # the source's own options are not the parser's
+        parse_opts = {k: v for k, v in parse_opts.items() if k not in _kafka_reader_options(parse_opts)}
     parsed = _parse_lines(raw, form, struct, F.col("_where"), options=parse_opts, **kw)
     return Source(spec, form, struct, parsed.events, parsed.dead_letters, parsed.checked)
 
@@ -385,6 +415,7 @@ __all__ = [
     "SourceSpec",
     "kafka_connector_available",
     "kafka_package",
+    "kafka_records",
     "open_source",
     "parse_source",
 ]

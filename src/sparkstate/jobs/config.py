@@ -57,6 +57,9 @@ class JobConfig:
     ``emit_on_last`` (sessionize, event time): write a session that ends with an ``is_last``
     event in the batch that reads it, not once the watermark passes it; only correct for input
     in event-time order (see :func:`sparkstate.pipelines.sessionize`).
+    ``packages`` (Maven coordinates, comma-separated) and ``jars`` (local jar paths) go on the
+    classpath of a Spark session the job starts itself (``spark.jars.packages``, ``spark.jars``):
+    Spark's Kafka connector for ``kafka:`` specs (:func:`sparkstate.io.connectors.kafka_package`).
 
     >>> JobConfig("running-count", source="files:in").sink
     'console'
@@ -86,6 +89,8 @@ class JobConfig:
     engine: str | None = None
     max_future_skew: str | None = None
     emit_on_last: bool = False
+    packages: str | None = None
+    jars: str | None = None
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINE_NAMES:

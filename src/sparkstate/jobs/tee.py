@@ -18,6 +18,10 @@ gives, so readers cannot tell the difference:
 - the same in update mode: :class:`~sparkstate.io.sinks.FileBatchWriter` (``DIR/batch_id=N``);
 - ``postgres:``: :class:`~sparkstate.io.postgres.PostgresBatchWriter` (batch id in the same
   transaction as the rows);
+- ``delta:PATH``: :class:`~sparkstate.io.delta.DeltaBatchWriter` (batch id as the table's
+  application transaction, in the same commit as the rows);
+- ``kafka:BROKERS/TOPIC``: :class:`~sparkstate.io.kafka.KafkaBatchWriter` (at-least-once; batch
+  and record ids in the message headers for consumers to drop repeats);
 - ``memory[:NAME]``: a temporary view ``NAME`` over every row written so far;
 - ``console``: the batch printed as a table.
 
@@ -161,6 +165,16 @@ def batch_writer(spark: "SparkSession", spec: SinkSpec, output_mode: str, schema
         if output_mode == "append":
             return FileSinkLog(spark, spec.kind, spec.path)
         return FileBatchWriter(spec.kind, spec.path)  # type: ignore[arg-type]
+    if spec.kind == "delta":
+        from ..io.delta import DeltaBatchWriter
+
+        return DeltaBatchWriter(spec.path)  # type: ignore[arg-type]
+    if spec.kind == "kafka":
+        from ..io.connectors import require_kafka_connector
+        from ..io.kafka import KafkaBatchWriter
+
+        require_kafka_connector(spark, str(spec))
+        return KafkaBatchWriter(spec.url, spec.table)  # type: ignore[arg-type]
     writer = PostgresBatchWriter(spec.postgres_target)
     writer.prepare(schema)
     return writer

@@ -1,0 +1,248 @@
+"""The one place that decides which Maven artifacts sparkstate's Kafka support uses, and fetches them.
+
+Three groups of jars, each named by Maven coordinates:
+
+- ``spark-kafka``: Spark's Kafka connector (:data:`SPARK_KAFKA`), what ``kafka:`` sources and
+  sinks need inside Spark. Users put it on Spark's classpath with ``--packages`` (the
+  coordinates :func:`kafka_package` returns) or ``spark.jars`` (local jar files).
+- ``kafka-broker``: an Apache Kafka broker (:data:`KAFKA_BROKER`), run as a single-node KRaft
+  server by the tests and by ``sparkstate demo --kafka``.
+
+The connector's version follows the installed pyspark's when Maven Central serves it. pyspark
+4.3.0's own connector is not served there; the newest served one, 4.2.0, was measured to work
+with it (the whole Kafka test suite runs on it), so :data:`CONNECTOR_VERSIONS` maps 4.3.x to it.
+
+``sparkstate.io.connectors.main(["fetch"])`` (run by ``make kafka``, which ``make test`` runs)
+resolves every group with Maven into Maven's local repository (``~/.m2`` unless configured)
+and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
+``$SPARKSTATE_CACHE``, else ``~/.cache/sparkstate``. Nothing is downloaded at run time.
+
+>>> kafka_package("4.3.0")
+'org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0'
+>>> kafka_package("4.1.1")
+'org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1'
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import ConfigError
+
+SCALA = "2.13"
+#: Spark's Kafka connector, without its version (:func:`kafka_package` adds it).
+SPARK_KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}"
+#: pyspark versions whose own connector release is not on Maven Central -> the one measured to work.
+CONNECTOR_VERSIONS = {"4.3": "4.2.0"}
+#: The Kafka broker run by the tests and ``sparkstate demo --kafka`` (single-node KRaft).
+KAFKA_VERSION = "4.1.1"
+KAFKA_BROKER = f"org.apache.kafka:kafka_{SCALA}:{KAFKA_VERSION}"
+#: Resolved beside the broker (nothing so far: its storage formatter and log4j binding come with it).
+KAFKA_BROKER_EXTRA: tuple[str, ...] = ()
+
+MAKE_HINT = "run `make kafka` in a sparkstate checkout (needs Maven and Java 17)"
+
+
+def pyspark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
+def connector_version(spark_version: str | None = None) -> str:
+    """The version of Spark's Kafka connector to use with ``spark_version`` (default: the installed pyspark)."""
+    v = spark_version or pyspark_version()
+    minor = ".".join(v.split(".")[:2])
+    return CONNECTOR_VERSIONS.get(minor, v.split("+")[0])
+
+
+def kafka_package(spark_version: str | None = None) -> str:
+    """The Maven coordinates of Spark's Kafka connector, for ``--packages`` / ``spark.jars.packages``."""
+    return f"{SPARK_KAFKA}:{connector_version(spark_version)}"
+
+
+def groups(spark_version: str | None = None) -> dict[str, list[str]]:
+    """Each jar group's Maven coordinates (resolved with their dependencies)."""
+    return {
+        "spark-kafka": [kafka_package(spark_version)],
+        "kafka-broker": [KAFKA_BROKER, *KAFKA_BROKER_EXTRA],
+    }
+
+
+def cache_dir() -> Path:
+    """Where the fetched groups' classpath files live: ``$SPARKSTATE_CACHE`` or ``~/.cache/sparkstate``."""
+    env = os.environ.get("SPARKSTATE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "sparkstate"
+
+
+def _classpath_file(name: str) -> Path:
+    return cache_dir() / f"{name}.classpath"
+
+
+def _pyspark_jar_names() -> set[str]:
+    """The artifact names (file name less the version) of the jars pyspark ships."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    return {_artifact(p.name) for p in jars.glob("*.jar")}
+
+
+def _artifact(filename: str) -> str:
+    stem = filename[:-4] if filename.endswith(".jar") else filename
+    parts = stem.split("-")
+    for i, part in enumerate(parts):
+        if part[:1].isdigit() and i > 0:
+            return "-".join(parts[:i])
+    return stem
+
+
+def jars(name: str) -> list[str]:
+    """The local jar paths of a fetched group; a :class:`~sparkstate.errors.ConfigError` saying how to fetch it if missing.
+
+    For ``spark-kafka``, jars pyspark already ships (Hadoop, Scala, compression codecs) are left out.
+    """
+    path = _classpath_file(name)
+    want = groups()[name]
+    if path.exists():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if lines and lines[0] == "# " + " ".join(want):
+            found = [p for p in lines[1:] if p]
+            if found and all(Path(p).exists() for p in found):
+                if name == "spark-kafka":
+                    shipped = _pyspark_jar_names()
+                    found = [p for p in found if _artifact(Path(p).name) not in shipped]
+                return found
+    raise ConfigError(f"the jars of {', '.join(want)} are not fetched ({path} missing or stale): {MAKE_HINT}")
+
+
+def fetched(name: str) -> bool:
+    try:
+        jars(name)
+        return True
+    except ConfigError:
+        return False
+
+
+def _pom(coordinates: list[str]) -> str:
+    deps = []
+    for c in coordinates:
+        g, a, v = c.split(":")
+        deps.append(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>")
+    return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
+            "<groupId>sparkstate</groupId><artifactId>fetch</artifactId><version>0</version>"
+            f"<dependencies>{''.join(deps)}</dependencies></project>\n")
+
+
+def fetch(names: list[str] | None = None, *, quiet: bool = True) -> dict[str, Path]:
+    """Resolve the groups ``names`` (default: all) with Maven; write their classpath files; return them."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ConfigError("fetching the Kafka jars needs Maven (`mvn`) on PATH, and Java 17")
+    out: dict[str, Path] = {}
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    for name, coords in groups().items():
+        if names and name not in names:
+            continue
+        if fetched(name):
+            out[name] = _classpath_file(name)
+            continue
+        with tempfile.TemporaryDirectory(prefix="sparkstate-fetch-") as tmp:
+            (Path(tmp) / "pom.xml").write_text(_pom(coords), encoding="utf-8")
+            listing = Path(tmp) / "cp.txt"
+            cmd = [mvn, "-B", "dependency:build-classpath", f"-Dmdep.outputFile={listing}", "-Dmdep.includeScope=runtime"]
+            if quiet:
+                cmd.insert(2, "-q")
+            res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise ConfigError(f"Maven could not resolve {', '.join(coords)}:\n{res.stdout[-3000:]}{res.stderr[-2000:]}")
+            paths = [p for p in listing.read_text(encoding="utf-8").strip().split(os.pathsep) if p]
+        target = _classpath_file(name)
+        tmp_target = target.with_suffix(".tmp")
+        tmp_target.write_text("# " + " ".join(coords) + "\n" + "\n".join(paths) + "\n", encoding="utf-8")
+        tmp_target.replace(target)
+        out[name] = target
+    return out
+
+
+#: The class Spark's Kafka connector provides.
+KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def kafka_connector_available(spark) -> bool | None:
+    """Whether Spark's Kafka connector is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return None
+    try:
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(KAFKA_PROVIDER, False, loader)
+        return True
+    except Exception:
+        return False
+
+
+def kafka_missing(spark_version: str, what: str) -> ConfigError:
+    """The error for a Kafka source or sink when the connector is not on Spark's classpath: how to add it."""
+    pkg = kafka_package(spark_version)
+    return ConfigError(
+        f"{what}: Spark's Kafka connector is not on the classpath (class {KAFKA_PROVIDER} not found;"
+        f" the pyspark package does not ship it). Add it when Spark starts: sparkstate run --packages {pkg},"
+        f" spark-submit --packages {pkg}, PYSPARK_SUBMIT_ARGS='--packages {pkg} pyspark-shell',"
+        f" or SparkSession.builder.config('spark.jars.packages', '{pkg}');"
+        f" offline: `make kafka` fetches the jars and sparkstate run then uses them (spark.jars)"
+    )
+
+
+def require_kafka_connector(spark, what: str) -> None:
+    """Raise :func:`kafka_missing`'s error unless the connector is on ``spark``'s classpath."""
+    if kafka_connector_available(spark) is False:
+        raise kafka_missing(spark.version, what)
+
+
+def spark_settings(packages: str | None = None, jars_: str | None = None, *, kafka: bool = False) -> dict[str, str]:
+    """Spark settings that put connectors on the classpath of a session sparkstate starts.
+
+    ``packages``: Maven coordinates (``spark.jars.packages``, resolved by Spark at start);
+    ``jars_``: local jar paths (``spark.jars``). With neither and ``kafka`` true, the jars
+    ``make kafka`` fetched are used when they are there.
+
+    >>> spark_settings("g:a:1")
+    {'spark.jars.packages': 'g:a:1'}
+    """
+    out: dict[str, str] = {}
+    if packages:
+        out["spark.jars.packages"] = packages
+    if jars_:
+        out["spark.jars"] = jars_
+    if kafka and not out and fetched("spark-kafka"):
+        out["spark.jars"] = ",".join(jars("spark-kafka"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in ("fetch", "coordinates", "jars"):
+        print("usage: python -m sparkstate.io.connectors fetch [GROUP...] | coordinates | jars GROUP", file=sys.stderr)
+        return 2
+    try:
+        if args[0] == "fetch":
+            for name, path in fetch(args[1:] or None).items():
+                print(f"{name}: {path}")
+        elif args[0] == "coordinates":
+            for name, coords in groups().items():
+                print(f"{name}: {' '.join(coords)}")
+        else:
+            print(",".join(jars(args[1])))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""Where the Kafka connector's coordinates come from, and how a job puts jars on Spark's classpath."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkstate.cli import build_parser
+from sparkstate.cli._run import _connector_settings, job_config
+from sparkstate.errors import ConfigError
+from sparkstate.io import connectors
+
+
+def test_the_connector_follows_pyspark_unless_maven_central_lacks_it():
+    assert connectors.kafka_package("4.1.1") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+    assert connectors.kafka_package("4.3.0") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+    assert connectors.groups()["spark-kafka"] == [connectors.kafka_package()]
+
+
+def test_missing_jars_name_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARKSTATE_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="make kafka"):
+        connectors.jars("spark-kafka")
+    assert not connectors.fetched("kafka-broker")
+    assert connectors.spark_settings(kafka=True) == {}
+    (tmp_path / "spark-kafka.classpath").write_text("# something else\n/x.jar\n")
+    assert not connectors.fetched("spark-kafka")  # stale: other coordinates
+
+
+def test_fetched_jars_leave_out_what_pyspark_ships():
+    jars = connectors.jars("spark-kafka")  # make kafka ran (make test does it first)
+    names = " ".join(jars)
+    assert "spark-sql-kafka-0-10_2.13" in names and "kafka-clients" in names
+    assert "hadoop-client" not in names and "scala-library" not in names
+
+
+def test_run_packages_and_jars_flags(tmp_path):
+    args = build_parser().parse_args(["run", "running-count", "--source", "kafka:h:9092/t", "--packages", "g:a:1",
+                                      "--jars", "/a.jar"])
+    cfg = job_config(args, env={})
+    assert (cfg.packages, cfg.jars) == ("g:a:1", "/a.jar")
+    assert _connector_settings(cfg) == {"spark.jars.packages": "g:a:1", "spark.jars": "/a.jar"}
+    plain = job_config(build_parser().parse_args(["run", "running-count", "--source", "files:in"]), env={})
+    assert _connector_settings(plain) == {}
+    from_env = job_config(build_parser().parse_args(["run", "running-count", "--source", "kafka:h:9092/t"]),
+                          env={"SPARKSTATE_PACKAGES": "g:b:2"})
+    assert _connector_settings(from_env) == {"spark.jars.packages": "g:b:2"}
