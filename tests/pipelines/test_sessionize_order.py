@@ -22,7 +22,34 @@ from sparkstate.pipelines import sessionize
 from sparkstate.pipelines.sessionize import OpenSession, _Sessionizer
 from sparkstate.testing import GroupStateHarness
 
-from ..streams import LandingDir
+import json
+import os
+import time
+from pathlib import Path
+
+
+class Landing:
+    """A directory a file stream reads one file per micro-batch, in the order the files are added:
+    modification times go up a second per file (Spark picks the oldest first; files written in
+    the same instant would be read in any order, which would break the test's watermark bound)."""
+
+    _base = int(time.time()) - 10_000
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.n = 0
+
+    def add(self, rows: list[dict]) -> None:
+        name = f"part-{self.n:05d}.json"
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text("".join(json.dumps(r, default=lambda o: o.isoformat()) + "\n" for r in rows))
+        os.utime(tmp, (self._base + self.n, self._base + self.n))
+        tmp.rename(self.path / name)
+        self.n += 1
+
+    def stream(self, spark, schema: str):
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(self.path))
 
 GAP_MS = 60_000
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -290,7 +317,7 @@ def test_shuffled_streams_on_spark_equal_the_reference_and_restart_mid_stream(sp
     wms = watermarks(batches, delay_ms)
     assert all(_ms(e.event_time) > wm for b, wm in zip(batches, wms) for e in b)
 
-    landing = LandingDir(tmp_path / "in")
+    landing = Landing(tmp_path / "in")
     got: list[Session] = []
     for b in batches[:4]:
         landing.add(_rows(b))
@@ -327,7 +354,7 @@ def test_another_shuffled_order_on_spark_equals_the_reference(spark, tmp_path, e
     events = generate_events(60, users=4, seed=33, last_share=0.5) + [
         replace(e, user_id="crafted2") for e in crafted()]
     batches = disordered(events, delay_ms, random.Random(11), batches=6)
-    landing = LandingDir(tmp_path / "in")
+    landing = Landing(tmp_path / "in")
     for b in batches:
         landing.add(_rows(b))
     got: list[Session] = []
@@ -365,7 +392,7 @@ def test_a_checkpoint_of_the_single_session_layout_restarts(spark, tmp_path, eng
         state.setTimeoutTimestamp(s.end_ms + GAP_MS)
         return []
 
-    landing = LandingDir(tmp_path / "in")
+    landing = Landing(tmp_path / "in")
     landing.add(_rows([Event("u", at(0), "a"), Event("u", at(50), "b"), Event("u", at(100), "c")]))
     stream = landing.stream(spark, EVENT_SCHEMA)
     df = stream.withWatermark("event_time", "10 seconds").select(
@@ -394,7 +421,7 @@ def test_open_sessions_move_through_export_and_initial_state(spark, tmp_path):
     events = generate_events(50, users=3, seed=40, last_share=0.4) + crafted()
     batches = disordered(events, delay_ms, random.Random(8), batches=6)
     got: list[Session] = []
-    first, second = LandingDir(tmp_path / "in1"), LandingDir(tmp_path / "in2")
+    first, second = Landing(tmp_path / "in1"), Landing(tmp_path / "in2")
     for b in batches[:3]:
         first.add(_rows(b))
     for b in batches[3:]:
