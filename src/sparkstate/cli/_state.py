@@ -72,13 +72,31 @@ def _show(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"state of {args.checkpoint} ({len(rows)} keys shown)")
-    for c in df.columns:
-        table.add_column(c)
+    console = Console()
+    title = f"state of {args.checkpoint} ({len(rows)} keys shown)"
+    if len(df.columns) <= _WIDE:
+        table = Table(title=title)
+        for c in df.columns:
+            table.add_column(c)
+        for r in rows:
+            table.add_row(*[str(_plain(v, k)) for k, v in r.asDict().items()])
+        console.print(table)
+        return 0
+    # A wide state (many fields, long lists) would be cut to the terminal's width: one
+    # field-per-line table per key instead, values folded rather than truncated.
+    console.print(title)
     for r in rows:
-        table.add_row(*[str(_plain(v, k)) for k, v in r.asDict().items()])
-    Console().print(table)
+        table = Table(show_header=False)
+        table.add_column("field", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        for k, v in r.asDict().items():
+            table.add_row(k, str(_plain(v, k)))
+        console.print(table)
     return 0
+
+
+#: Above this many columns `state show` prints one table per key (field, value) instead of one row per key.
+_WIDE = 5
 
 
 def _stats(args: argparse.Namespace) -> int:
