@@ -1,0 +1,54 @@
+"""Weeks of event time in a minute or two (the CI version of ``python -m benchmarks.months``).
+
+The generator's daily cycle (``cycle=daily``): 30 users at a time, from 10% of them active at
+04:00 UTC to all of them at 16:00, and 5 users replaced a day, so 6 days meet 60 users. The
+sessionize job reads the whole stream in micro-batches of 2,000 events (each about 12 hours of
+event time: the batches end alternately in busy and in quiet hours). Asserted, at every micro-batch: the keys in state are exactly the users whose
+session the reference says is open then, never more than the users active since the batch's
+watermark, and far fewer than the users met; they follow the time of day; and the sink holds
+exactly the reference's sessions.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from benchmarks.months import MonthsConfig, run_months
+from sparkstate.io.generator import active_share, stream_records
+
+pytestmark = pytest.mark.reliability
+
+CONFIG = MonthsConfig(days=6, users=30, churn=5, trough=0.1, seed=3, per_batch=2000, sample_every_s=2.0)
+
+
+def test_weeks_of_a_daily_cycle_keep_only_the_active_users_in_state(spark, tmp_path: Path) -> None:
+    result = run_months(spark, CONFIG, tmp_path / "months", work=tmp_path / "work")
+    s = result.summary
+    failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok]
+    assert result.ok, "\n".join(failed)
+    assert {c.name for c in result.checks} == {"expired_state", "output_exact", "follows_active"}
+
+    v = s["verify"]
+    # Every batch of the run was read back and checked (Spark keeps the last 100).
+    assert s["state_samples"] == s["batches"] - 1 >= 10 and v["state_samples_wrong"] == []
+    assert (v["lost"], v["duplicated"], v["unexpected"]) == (0, 0, 0)
+    assert v["sessions_output"] == v["sessions_reference"] == s["sessions"] > 3000
+    assert s["input_rows"] == s["events"] == v["events_read"]
+    # Batch sizes never exceeded the source's limit, although the whole stream was there at once.
+    assert 0 < s["rows_in_max"] <= CONFIG.per_batch
+
+    # The history: 6 days of event time, 30 + 6 x 5 users met; in state, only the active ones.
+    assert s["days_of_event_time"] > 5.5
+    assert s["users_met"] == len({r.event.user_id for r in stream_records(CONFIG.stream, 0, s["events"])}) >= 55
+    assert s["state_keys_max"] <= CONFIG.users
+    rows = [r for r in s["samples"] if not r.get("final")]
+    assert all(r["keys"] <= r["active_bound"] for r in rows)
+    # The keys follow the time of day: more in state when more users are active.
+    busy = [r["keys"] for r in rows if r["active_share"] >= 0.9]
+    quiet = [r["keys"] for r in rows if r["active_share"] <= 0.6]
+    assert busy and quiet, [(r["hour"], r["keys"]) for r in rows]
+    assert statistics.fmean(busy) > 1.5 * statistics.fmean(quiet)
+    assert active_share(CONFIG.stream, 4 * 3_600_000) == pytest.approx(CONFIG.trough)
