@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .soak import Check, Sampler, StateSample, batch_offsets, last_commit, verify_state_and_output
+from .soak import Check, Sampler, StateSample, batch_offsets, last_commit, run_job, verify_state_and_output
 
 QUERY_NAME = "sparkstate_months"
 
@@ -154,7 +154,7 @@ class MonthsResult:
 def run_months(spark: Any, config: MonthsConfig, out: Path, work: Path | None = None,
                log: Callable[[str], None] = lambda s: None) -> MonthsResult:
     """Run the whole stream through sessionize (``once``), then check and summarise it into ``out``."""
-    from sparkstate.jobs import JobConfig, run_pipeline
+    from sparkstate.jobs import JobConfig
 
     out.mkdir(parents=True, exist_ok=True)
     metrics, samples_path, state_path = out / "metrics.jsonl", out / "samples.jsonl", out / "state_samples.jsonl"
@@ -182,7 +182,7 @@ def run_months(spark: Any, config: MonthsConfig, out: Path, work: Path | None = 
         sampler = Sampler(ck, samples_path, config.sample_every_s)
         started = time.monotonic()
         with sampler:
-            result = run_pipeline(spark, job, on_batch=on_batch)
+            result = run_job(spark, job, on_batch, log)
         seconds = round(time.monotonic() - started, 1)
         log(f"  done in {seconds:.0f} s ({result.batches} batches); checking against the reference")
         states = read_states(spark, ck, state_path)

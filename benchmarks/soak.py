@@ -665,6 +665,34 @@ def _store_summary(path: Path) -> dict[str, Any]:
     return out
 
 
+#: Start-up attempts of the job: on a machine loaded far beyond its cores, the Python process of
+#: a Python data source (the generator) can take longer than the 10 seconds Spark waits for it to
+#: connect back (a constant in PySpark 4.3's PythonWorkerFactory), and the query fails before its
+#: first batch. Only that failure, before any batch, is retried; the checkpoint is still empty.
+STARTUP_ATTEMPTS = 3
+
+
+def run_job(spark: Any, job: Any, on_batch: Callable[[Any, Any], None], log: Callable[[str], None]) -> Any:
+    """:func:`~sparkstate.jobs.run_pipeline`, retried (:data:`STARTUP_ATTEMPTS`) when it failed to start."""
+    from sparkstate.errors import JobFailedError
+    from sparkstate.jobs import run_pipeline
+
+    seen = [0]
+
+    def counting(m: Any, totals: Any) -> None:
+        seen[0] += 1
+        on_batch(m, totals)
+
+    for attempt in range(1, STARTUP_ATTEMPTS + 1):
+        try:
+            return run_pipeline(spark, job, on_batch=counting)
+        except JobFailedError as exc:
+            if seen[0] or attempt == STARTUP_ATTEMPTS or "failed to connect back" not in str(exc):
+                raise
+            log(f"  the job failed to start ({exc}); attempt {attempt + 1} of {STARTUP_ATTEMPTS}")
+    raise AssertionError("unreachable")
+
+
 def _stop_job(spark: Any, name: str) -> None:
     """Stop the job's queries, each after its running micro-batch has committed."""
     from sparkstate.jobs.control import stop_after_current_batch
@@ -712,7 +740,7 @@ def run_soak(spark: Any, config: SoakConfig, out: Path, tolerances: Tolerances =
     ``work`` holds the checkpoint and the sink (a temporary directory, removed, when not given).
     ``log`` receives a progress line about every 30 seconds.
     """
-    from sparkstate.jobs import JobConfig, run_pipeline
+    from sparkstate.jobs import JobConfig
 
     out.mkdir(parents=True, exist_ok=True)
     metrics, samples_path, state_path = out / "metrics.jsonl", out / "samples.jsonl", out / "state_samples.jsonl"
@@ -775,7 +803,7 @@ def run_soak(spark: Any, config: SoakConfig, out: Path, tolerances: Tolerances =
         with sampler, state_sampler:
             stopper.start()
             try:
-                result = run_pipeline(spark, job, on_batch=on_batch)
+                result = run_job(spark, job, on_batch, log)
             finally:
                 done.set()
                 stopper.join()
