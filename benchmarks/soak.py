@@ -669,7 +669,7 @@ def _store_summary(path: Path) -> dict[str, Any]:
 #: a Python data source (the generator) can take longer than the 10 seconds Spark waits for it to
 #: connect back (a constant in PySpark 4.3's PythonWorkerFactory), and the query fails before its
 #: first batch. Only that failure, before any batch, is retried; the checkpoint is still empty.
-STARTUP_ATTEMPTS = 3
+STARTUP_ATTEMPTS = 6
 
 
 def run_job(spark: Any, job: Any, on_batch: Callable[[Any, Any], None], log: Callable[[str], None]) -> Any:
