@@ -32,6 +32,25 @@ REQUIRED_SETTINGS: dict[str, tuple[str, str]] = {
 }
 
 
+#: RocksDB's memory, bounded: the settings :func:`default_config` adds, with the reason. Without
+#: them every state store instance (one per stateful operator and partition) opens its own
+#: 8 MB block cache and memtables of up to 2 x 64 MB, so the native memory of an executor grows
+#: with the partitions it hosts and is bounded by nothing you set. And RocksDB's LRU block cache
+#: is filled, never emptied: every snapshot (a memtable flush, every
+#: ``spark.sql.streaming.stateStore.minDeltasForSnapshot`` = 10 batches) and every compaction
+#: writes new files whose blocks are read into the cache, and the blocks of the files they
+#: replace stay there until the cache is full. So a job's RocksDB memory rises, however flat its
+#: state, until it reaches the cache's size (docs/reliability.md measures it); these settings
+#: make that size one budget per executor JVM, which is where the memory levels off.
+ROCKSDB_MEMORY: dict[str, tuple[str, str]] = {
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": (
+        "true", "one memory budget per executor for the block caches, memtables, index and filter blocks"
+                " of all its state stores, instead of 8 MB of cache and up to 128 MB of memtables each"),
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": (
+        "64", "the budget (Spark's default is 500 MB): the block cache fills up to it and stays; half of it"
+              " (writeBufferCacheRatio 0.5) caps the memtables, which are flushed early when they reach it"),
+}
+
 #: In local mode nothing outside the machine talks to Spark: its driver and block manager
 #: ports listen on the loopback interface only (Spark's default is the host's address).
 LOCAL_ONLY = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
@@ -41,6 +60,7 @@ def default_config() -> dict[str, str]:
     """The configuration :func:`spark_session` applies (before the caller's ``config``)."""
     cores = os.cpu_count() or 2
     cfg = {k: v for k, (v, _) in REQUIRED_SETTINGS.items()}
+    cfg.update({k: v for k, (v, _) in ROCKSDB_MEMORY.items()})
     cfg.update({
         "spark.sql.shuffle.partitions": str(cores),
         "spark.sql.session.timeZone": "UTC",
@@ -66,8 +86,9 @@ def spark_session(
 ) -> "SparkSession":
     """Return (or reuse) a SparkSession set up for keyed state.
 
-    RocksDB state store with changelog checkpointing, Avro state encoding, shuffle partitions
-    = the machine's cores, UTC session time zone, quiet logs.
+    RocksDB state store with changelog checkpointing, Avro state encoding, RocksDB's memory
+    bounded (:data:`ROCKSDB_MEMORY`: 64 MB per executor), shuffle partitions = the machine's
+    cores, UTC session time zone, quiet logs.
 
     Spark's built-in stateful operators (streaming aggregations, deduplication, joins) refuse
     the Avro state encoding: for a query made of those, set

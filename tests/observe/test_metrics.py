@@ -32,6 +32,7 @@ def test_fields_of_a_real_report():
         "state_rows": 1, "state_rows_updated": 0, "state_rows_removed": 3, "state_memory_bytes": 1058064,
         "timers_expired": 0, "rows_out": 3, "timed_out": 3, "dead_letters": 0, "dead_letters_total": 4,
         "watermark": "2024-01-01T00:54:47.925Z", "late": None, "rows_dropped_by_watermark": None,
+        "backlog": None,  # a file source reports no latest offset
     }
 
 
@@ -58,3 +59,16 @@ def test_redact_hides_passwords():
     assert redact("url?user=a&password=s3cret&x=1") == "url?user=a&password=***&x=1"
     assert redact("token: abc123") == "token: ***"
     assert redact("files:/data/in") == "files:/data/in"
+
+
+def test_backlog_is_the_sources_latest_offset_beyond_the_batch():
+    """A generator source 1,500 records ahead of the batch's end; Kafka partitions summed; the
+    job's two reads of one source count once."""
+    gen = {"startOffset": {"index": 0}, "endOffset": {"index": 500}, "latestOffset": {"index": 2000}}
+    m = batch_metrics({"batchId": 1, "numInputRows": 500, "sources": [gen, dict(gen)]}, "output")
+    assert m.backlog == 1500
+    assert RunTotals().add(m).backlog == 1500
+    kafka = {"endOffset": {"clicks": {"0": 100, "1": 80}}, "latestOffset": {"clicks": {"0": 150, "1": 90}}}
+    assert batch_metrics({"batchId": 2, "sources": [kafka]}, "output").backlog == 60
+    caught_up = {"endOffset": {"index": 2000}, "latestOffset": {"index": 2000}}
+    assert batch_metrics({"batchId": 3, "sources": [caught_up]}, "output").backlog == 0

@@ -64,6 +64,11 @@ def add_parser(sub: Any) -> None:
                      help="process what is available (and the timeouts it makes due), then stop")
     run.add_argument("--option", action="append", metavar="KEY=VALUE", dest="options",
                      help="an option for the source's reader, e.g. maxFilesPerTrigger=1 (repeatable)")
+    run.add_argument("--max-batch-records", metavar="N", help=f"the most records a micro-batch reads from a"
+                     f" generator or Kafka source, so a backlog is worked off in bounded batches (default:"
+                     f" {d.max_batch_records:,}; 0: no limit)")
+    run.add_argument("--max-batch-files", metavar="N", help=f"the most files a micro-batch reads from a files"
+                     f" source (default: {d.max_batch_files}; 0: no limit)")
     run.add_argument("--query-name", metavar="NAME", help="name of the streaming query")
     run.add_argument("--spark-log", metavar="FILE", help="where Spark's own output goes when sparkstate starts"
                      " Spark (default: CHECKPOINT/spark.log, or one in the temp directory)")
@@ -82,7 +87,7 @@ def add_parser(sub: Any) -> None:
 
 RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
                 "initial_state", "metrics", "once", "query_name", "spark_log", "master", "engine", "max_future_skew",
-                "emit_on_last", "packages", "jars", "config")
+                "emit_on_last", "packages", "jars", "config", "max_batch_records", "max_batch_files")
 
 
 def _connector_settings(config: Any) -> dict[str, str]:

@@ -30,14 +30,29 @@ slice can be computed on its own (Spark's generator source computes each partiti
 True
 >>> sorted({r.kind for r in records})
 ['broken_json', 'missing_key', 'null_key', 'ok', 'wrong_type']
+
+With ``cycle="daily"`` a round holds only the users active at its time of day (a share of
+``users`` between ``trough`` at 04:00 UTC and all of them at 16:00), so rounds differ in size;
+with ``churn=N`` the population moves on by ``N`` users a day (day ``d``'s users are
+``d * N`` to ``d * N + users - 1``), so months of event time meet many more users than are
+ever active at once. Record ``i`` is still a function of the configuration and ``i`` alone.
+
+>>> day = StreamConfig(users=100, seed=7, cycle="daily", trough=0.1, churn=10, events=20_000)
+>>> [len(active_users(day, r)) for r in (0, 5, 10, 15, 20, 25)]  # rounds at 0:23, 4:18, 8:13, ... UTC
+[29, 10, 35, 79, 100, 78]
+>>> stream_records(day, 12_000, 12_010) == stream_records(day)[12_000:12_010]
+True
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
+import math
 import os
 import random
+import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, fields, replace
@@ -327,6 +342,10 @@ _ALIASES = {
     "malformed": "malformed_share",
     "session": "max_session_events",
 }
+#: Event time in a day, and the hour of the quietest and the busiest moment of the daily cycle (UTC).
+DAY_MS = 86_400_000
+QUIET_HOUR = 4
+CYCLES = ("daily",)
 
 
 @dataclass(frozen=True)
@@ -345,6 +364,10 @@ class StreamConfig:
     - ``malformed_share``: share of records that are malformed, evenly: broken JSON, missing
       ``user_id``, null ``user_id``, wrong type (``event_time`` or ``is_last`` not parseable).
     - ``start``: event times begin here (kept as epoch ms).
+    - ``cycle``: ``None`` (every user in every round) or ``"daily"``: the share of users active
+      in a round follows the time of day, from ``trough`` at 04:00 UTC up to 1 at 16:00 (a
+      cosine); which users are active is drawn per round. ``churn``: with a cycle, users that
+      leave (and as many new ones that join) per day of event time.
 
     >>> StreamConfig.from_options({"rate": "500", "users": "10", "late": "0.01"}).late_share
     0.01
@@ -365,6 +388,9 @@ class StreamConfig:
     late_by: Duration = "1 hour"
     malformed_share: float = 0.0
     start: Instant = DEFAULT_START
+    cycle: str | None = None
+    trough: float = 0.1
+    churn: int = 0
 
     def __post_init__(self) -> None:
         def fail(msg: str) -> None:
@@ -388,6 +414,15 @@ class StreamConfig:
             fail(f"late_share + malformed_share must be <= 1, got {self.late_share} + {self.malformed_share}")
         if not isinstance(self.max_session_events, int) or self.max_session_events < 1:
             fail(f"max_session_events must be >= 1, got {self.max_session_events!r}")
+        if self.cycle is not None and self.cycle not in CYCLES:
+            fail(f"cycle must be one of {', '.join(CYCLES)} (or unset), got {self.cycle!r}")
+        if not isinstance(self.trough, (int, float)) or not 0.0 < self.trough <= 1.0:
+            fail(f"trough is the share of users active at the quietest hour, above 0 and at most 1,"
+                 f" got {self.trough!r}")
+        if not isinstance(self.churn, int) or self.churn < 0:
+            fail(f"churn is users replaced per day and must be >= 0, got {self.churn!r}")
+        if self.churn and self.cycle is None:
+            fail("churn applies to a cycle: pass cycle=daily with it")
         try:
             positive_ms(self.gap, "gap")
             positive_ms(self.late_by, "late_by")
@@ -402,7 +437,7 @@ class StreamConfig:
 
     @property
     def round_size(self) -> int:
-        """Records per round (``ROUND_EVENTS_PER_USER * users``)."""
+        """Records per round (``ROUND_EVENTS_PER_USER * users``; with a ``cycle``, the most a round holds)."""
         return ROUND_EVENTS_PER_USER * self.users
 
     @property
@@ -457,11 +492,13 @@ def _convert(key: str, value: Any) -> Any:
         return value
     text = value.strip()
     try:
-        if key in ("users", "seed", "max_session_events"):
+        if key in ("users", "seed", "max_session_events", "churn"):
             return int(text)
+        if key == "cycle":
+            return None if text.lower() in ("", "none", "off") else text.lower()
         if key == "events":
             return None if text.lower() in ("", "none", "inf", "endless") else int(text)
-        if key in ("rate", "last_share", "late_share", "malformed_share"):
+        if key in ("rate", "last_share", "late_share", "malformed_share", "trough"):
             return float(text)
         if key == "start":
             return int(text) if text.lstrip("-").isdigit() else datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -510,18 +547,88 @@ def _malformed_line(event: Event, kind: RecordKind, rng: random.Random) -> str:
     return json.dumps(rec)
 
 
+def active_share(config: StreamConfig, t_ms: int) -> float:
+    """The share of ``config.users`` active at event time ``t_ms`` (1 without a cycle).
+
+    >>> cfg = StreamConfig(cycle="daily", trough=0.2)
+    >>> [round(active_share(cfg, h * 3_600_000), 2) for h in (4, 10, 16, 22)]
+    [0.2, 0.6, 1.0, 0.6]
+    """
+    if config.cycle is None:
+        return 1.0
+    hour = (t_ms % DAY_MS) / 3_600_000
+    return config.trough + (1.0 - config.trough) * (1.0 - math.cos(2 * math.pi * (hour - QUIET_HOUR) / 24)) / 2
+
+
+def active_users(config: StreamConfig, r: int) -> list[int]:
+    """The numbers of the users active in round ``r`` (all of ``range(users)`` without a cycle).
+
+    With a cycle: ``round(users * share)`` (at least one) of the day's population, the share at
+    the round's middle, drawn on the round's own seed; the population of day ``d`` (counted from
+    ``start``) is ``d * churn`` to ``d * churn + users - 1``.
+    """
+    if config.cycle is None:
+        return list(range(config.users))
+    begin = instant_ms(config.start) + r * config.round_span_ms
+    mid = begin + config.round_span_ms // 2
+    n = max(1, min(config.users, round(config.users * active_share(config, mid))))
+    first = ((mid - instant_ms(config.start)) // DAY_MS) * config.churn
+    rng = random.Random(_derived_seed(config.seed, "active", r))
+    return sorted(first + u for u in rng.sample(range(config.users), n))
+
+
+def user_name(config: StreamConfig, u: int) -> str:
+    """The ``user_id`` of user number ``u`` (``user-007``; with a cycle, five digits at least)."""
+    width = max(5 if config.cycle is not None else 3, len(str(config.users - 1)))
+    return f"user-{u:0{width}d}"
+
+
+_offsets: dict[StreamConfig, list[int]] = {}
+_offsets_lock = threading.Lock()
+
+
+def _round_offsets(config: StreamConfig, *, index: int = -1, rounds: int = 0) -> list[int]:
+    """First record index of rounds 0, 1, ... of a cycle, far enough to cover record ``index``
+    and ``rounds`` rounds (plus the end of the last one)."""
+    with _offsets_lock:
+        offs = _offsets.pop(config, None) or [0]
+        while offs[-1] <= index or len(offs) <= rounds:
+            offs.append(offs[-1] + ROUND_EVENTS_PER_USER * len(active_users(config, len(offs) - 1)))
+        _offsets[config] = offs  # the most recently used last; a few configurations per process at most
+        while len(_offsets) > 16:
+            del _offsets[next(iter(_offsets))]
+        return offs
+
+
+def _round_at(config: StreamConfig, i: int) -> tuple[int, int, int]:
+    """``(round, its first record index, its size)`` of the round holding record ``i``."""
+    if config.cycle is None:
+        size = config.round_size
+        return i // size, (i // size) * size, size
+    offs = _round_offsets(config, index=i)
+    r = bisect.bisect_right(offs, i) - 1
+    return r, offs[r], offs[r + 1] - offs[r]
+
+
 @lru_cache(maxsize=16)
 def _round(config: StreamConfig, r: int) -> tuple[Record, ...]:
-    size = config.round_size
+    users = active_users(config, r)
+    size = ROUND_EVENTS_PER_USER * len(users)
+    first = r * size if config.cycle is None else _round_offsets(config, rounds=r + 1)[r]
     events = generate_events(
         size,
-        users=config.users,
+        users=len(users),
         seed=_derived_seed(config.seed, "round", r),
         gap=config.gap,
         last_share=config.last_share,
         max_session_events=config.max_session_events,
         start=instant_ms(config.start) + r * config.round_span_ms,
     )
+    if config.cycle is not None:  # generate_events names them user-000, ...: the active users' names
+        width = max(3, len(str(len(users) - 1)))
+        names = {f"user-{j:0{width}d}": user_name(config, u) for j, u in enumerate(users)}
+        events = sorted((replace(e, user_id=names[e.user_id]) for e in events),
+                        key=lambda e: (e.event_time, e.user_id))
     rng = random.Random(_derived_seed(config.seed, "noise", r))
     late_by = timedelta(milliseconds=positive_ms(config.late_by))
     out = []
@@ -529,12 +636,12 @@ def _round(config: StreamConfig, r: int) -> tuple[Record, ...]:
         x = rng.random()
         if x < config.malformed_share:
             kind = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]
-            out.append(Record(r * size + i, kind, _malformed_line(event, kind, rng), event))
+            out.append(Record(first + i, kind, _malformed_line(event, kind, rng), event))
         elif x < config.malformed_share + config.late_share:
             late = replace(event, event_time=event.event_time - late_by)
-            out.append(Record(r * size + i, "late", late.to_json(), late))
+            out.append(Record(first + i, "late", late.to_json(), late))
         else:
-            out.append(Record(r * size + i, "ok", event.to_json(), event))
+            out.append(Record(first + i, "ok", event.to_json(), event))
     return tuple(out)
 
 
@@ -544,14 +651,14 @@ def iter_records(config: StreamConfig, start: int = 0) -> Iterator[Record]:
     >>> [r.index for r in iter_records(StreamConfig(users=1, events=12), start=9)]
     [9, 10, 11]
     """
-    size = config.round_size
     i = max(0, start)
     while config.events is None or i < config.events:
-        block = _round(config, i // size)
-        stop = size if config.events is None else min(size, config.events - (i // size) * size)
-        for rec in block[i % size: stop]:
+        r, first, size = _round_at(config, i)
+        block = _round(config, r)
+        stop = size if config.events is None else min(size, config.events - first)
+        for rec in block[i - first: stop]:
             yield rec
-        i = (i // size) * size + stop
+        i = first + stop
 
 
 def stream_records(config: StreamConfig, start: int = 0, stop: int | None = None) -> list[Record]:

@@ -150,7 +150,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"index": end}
 
     def reportLatestOffset(self) -> dict | None:
-        return None
+        """What the source has offered so far, whatever a batch's limit took (the backlog in the metrics)."""
+        if self._clock_start is None:
+            return None
+        return {"index": self._available(self._base)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return _slices(int(start["index"]), int(end["index"]), self.parts)

@@ -60,6 +60,12 @@ class JobConfig:
     ``packages`` (Maven coordinates, comma-separated) and ``jars`` (local jar paths) go on the
     classpath of a Spark session the job starts itself (``spark.jars.packages``, ``spark.jars``):
     Spark's Kafka connector for ``kafka:`` specs (:func:`sparkstate.io.connectors.kafka_package`).
+    ``max_batch_records`` / ``max_batch_files``: the most a micro-batch reads, so that a backlog
+    (a source far ahead of the job) is worked off in batches of bounded size and memory instead
+    of one huge batch: records for the generator (``maxEventsPerTrigger``) and Kafka
+    (``maxOffsetsPerTrigger``), files for a files source (``maxFilesPerTrigger``); ``0`` for no
+    limit. A limit given in ``options`` wins (for files, ``maxBytesPerTrigger`` too). A socket
+    source cannot be limited.
 
     >>> JobConfig("running-count", source="files:in").sink
     'console'
@@ -91,8 +97,19 @@ class JobConfig:
     emit_on_last: bool = False
     packages: str | None = None
     jars: str | None = None
+    max_batch_records: int = 100_000
+    max_batch_files: int = 100
 
     def __post_init__(self) -> None:
+        for name in ("max_batch_records", "max_batch_files"):
+            value = getattr(self, name)
+            try:
+                number = int(str(value).strip().replace("_", "")) if not isinstance(value, bool) else -1
+            except ValueError:
+                number = -1
+            if number < 0:
+                raise ConfigError(f"run: {name.replace('_', '-')} is a whole number >= 0 (0: no limit), got {value!r}")
+            object.__setattr__(self, name, number)
         if self.pipeline not in PIPELINE_NAMES:
             raise ConfigError(f"run: unknown pipeline {self.pipeline!r}; choose one of {', '.join(PIPELINE_NAMES)}")
         if not isinstance(self.source, str) or not self.source.strip():
@@ -139,6 +156,36 @@ class JobConfig:
         d = dataclasses.asdict(self)
         d["options"] = dict(self.options)
         return d
+
+
+#: The reader option each source kind's batch limit goes to, and the options that already limit it.
+BATCH_LIMITS = {
+    "generator": ("max_batch_records", "maxEventsPerTrigger", ("maxEventsPerTrigger",)),
+    "kafka": ("max_batch_records", "maxOffsetsPerTrigger", ("maxOffsetsPerTrigger",)),
+    "files": ("max_batch_files", "maxFilesPerTrigger", ("maxFilesPerTrigger", "maxBytesPerTrigger")),
+}
+
+
+def source_options(config: JobConfig) -> dict[str, str]:
+    """The reader options of ``config``: its ``options`` plus the batch limit of its source kind.
+
+    >>> source_options(JobConfig("running-count", source="kafka:h:9092/t"))
+    {'maxOffsetsPerTrigger': '100000'}
+    >>> source_options(JobConfig("running-count", source="files:in", options={"maxBytesPerTrigger": "1g"}))
+    {'maxBytesPerTrigger': '1g'}
+    >>> source_options(JobConfig("running-count", source="generator", max_batch_records=0))
+    {}
+    """
+    from ..io.sources import parse_source
+
+    opts = {str(k): str(v) for k, v in config.options.items()}
+    kind = parse_source(config.source).kind
+    if kind in BATCH_LIMITS:
+        field_name, option, given = BATCH_LIMITS[kind]
+        limit = getattr(config, field_name)
+        if limit and not any(k.lower() == g.lower() for k in opts for g in given):
+            opts[option] = str(limit)
+    return opts
 
 
 def _absolute(path: str) -> str:
@@ -357,5 +404,6 @@ __all__ = [
     "load_config",
     "read_config_file",
     "read_env",
+    "source_options",
     "with_absolute_paths",
 ]

@@ -42,7 +42,7 @@ from ..observe.listener import MetricsListener, OnBatch
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, redact
 from ..durations import positive_ms
 from ..pipelines.sessionize import REJECTED
-from .config import JobConfig, with_absolute_paths
+from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .pipelines import JOB_PIPELINES, JobPipeline
 from .tee import DEAD, OUT, JobTee, batch_writer
@@ -257,7 +257,7 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     sink = parse_sink(config.sink)
     check_checkpoint(config)
     source = open_source(spark, parse_source(config.source), schema=pipeline.schema, fmt=config.format,
-                         options=dict(config.options))
+                         options=source_options(config))
     events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
     combined, out_schema, refuses = _tee_input(output, source.dead_letters, pipeline, str(source.spec))

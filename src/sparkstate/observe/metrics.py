@@ -27,6 +27,11 @@ field                        from
                              older than the watermark (sessionize; ``None`` for other pipelines)
 ``rows_dropped_by_watermark`` the operators' ``numRowsDroppedByWatermark``: rows Spark dropped
                              as late without the pipeline seeing them (0 for sessionize jobs)
+``backlog``                  records the source had beyond this batch's end: the source's
+                             ``latestOffset`` minus its ``endOffset`` (the generator: records;
+                             Kafka: offsets, summed over partitions); ``None`` for sources that
+                             do not report their latest offset (files, socket). A job that keeps
+                             up has a backlog near 0; one that falls behind, a growing one
 ===========================  ================================================================
 
 Measured on PySpark 4.3: ``numExpiredTimers`` stays 0 for Python stateful processors even when
@@ -102,12 +107,13 @@ class BatchMetrics:
     watermark: str | None
     late: int | None = None
     rows_dropped_by_watermark: int | None = None
+    backlog: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-ready values.
 
         >>> sorted(batch_metrics({"batchId": 0, "numInputRows": 0}, "output").to_dict())[:3]
-        ['batch_duration_ms', 'batch_id', 'dead_letters']
+        ['backlog', 'batch_duration_ms', 'batch_id']
         """
         return asdict(self)
 
@@ -129,6 +135,52 @@ def _observed(progress: Mapping[str, Any], name: str, field: str) -> int | None:
         return None
     value = row.get(field)
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _offset_total(offset: Any) -> int | None:
+    """One number for a source offset: the generator's ``{"index": n}``, Kafka's ``{topic: {partition: n}}``
+    (summed), a plain number; ``None`` for anything else."""
+    if isinstance(offset, str):
+        try:
+            import json
+
+            offset = json.loads(offset)
+        except ValueError:
+            return None
+    if isinstance(offset, bool):
+        return None
+    if isinstance(offset, int):
+        return offset
+    if isinstance(offset, Mapping):
+        if set(offset) == {"index"}:
+            return _offset_total(offset["index"])
+        parts = [_offset_total(v) for v in offset.values()]
+        if parts and all(isinstance(v, Mapping) for v in offset.values()) and all(x is not None for x in parts):
+            return sum(parts)  # type: ignore[arg-type]
+        if parts and all(isinstance(v, int) and not isinstance(v, bool) for v in offset.values()):
+            return sum(parts)  # type: ignore[arg-type]
+    return None
+
+
+def backlog(progress: Mapping[str, Any]) -> int | None:
+    """Records the sources held beyond the batch's end offsets (the largest over the sources: a job
+    reads its one source twice, for its records and its dead letters).
+
+    >>> backlog({"sources": [{"endOffset": {"index": 500}, "latestOffset": {"index": 2500}}]})
+    2000
+    >>> backlog({"sources": [{"endOffset": {"t": {"0": 10, "1": 5}}, "latestOffset": {"t": {"0": 40, "1": 5}}}]})
+    30
+    >>> backlog({"sources": [{"endOffset": {"logOffset": 3}, "latestOffset": None}]}) is None
+    True
+    """
+    behind = []
+    for src in progress.get("sources") or []:
+        if not isinstance(src, Mapping):
+            continue
+        end, latest = _offset_total(src.get("endOffset")), _offset_total(src.get("latestOffset"))
+        if end is not None and latest is not None:
+            behind.append(max(0, latest - end))
+    return max(behind) if behind else None
 
 
 def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: int = 0) -> BatchMetrics:
@@ -185,6 +237,7 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
         watermark=(progress.get("eventTime") or {}).get("watermark"),
         late=_observed(progress, OUTPUT_OBSERVATION, "late"),
         rows_dropped_by_watermark=_sum(ops, "numRowsDroppedByWatermark"),
+        backlog=backlog(progress),
     )
 
 
@@ -211,6 +264,7 @@ class RunTotals:
     last_batch_ms: int | None = None
     watermark: str | None = None
     late: int | None = None
+    backlog: int | None = None
 
     def add(self, m: BatchMetrics) -> "RunTotals":
         """The totals after batch ``m`` (of either query of the job)."""
@@ -235,6 +289,7 @@ class RunTotals:
             last_batch_id=m.batch_id,
             last_batch_ms=m.batch_duration_ms,
             watermark=m.watermark or self.watermark,
+            backlog=m.backlog,
         )
 
 
@@ -245,6 +300,7 @@ __all__ = [
     "OUTPUT_OBSERVATION",
     "Role",
     "RunTotals",
+    "backlog",
     "batch_metrics",
     "redact",
 ]

@@ -103,6 +103,8 @@ class ProgressDisplay:
             f"{_count(t.rows_out)} {self.output_label}",
             f"{t.dead_letters:,} dead letters",
         ]
+        if t.backlog is not None:
+            parts.append(f"{t.backlog:,} behind")
         if t.watermark:
             parts.append(f"watermark {t.watermark}")
         return " | ".join(parts)
@@ -119,6 +121,8 @@ class ProgressDisplay:
         table.add_column("value", justify="right")
         table.add_row("micro-batches", f"{t.batches:,}" + ("" if t.last_batch_id is None else f" (last #{t.last_batch_id})"))
         table.add_row("rows in", f"{t.rows_in:,}")
+        if t.backlog is not None:
+            table.add_row("behind (source backlog)", f"{t.backlog:,}")
         table.add_row("input rate", f"{_rate(t.input_rows_per_s)} rows/s")
         table.add_row("processing rate", f"{_rate(t.processed_rows_per_s)} rows/s")
         table.add_row("last batch", "-" if t.last_batch_ms is None else f"{t.last_batch_ms:,} ms")
