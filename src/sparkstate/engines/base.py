@@ -80,6 +80,9 @@ class StatePlan:
     #: Keys loaded from the initial state without a ``timeout_ms`` time out this long after the
     #: first batch (``map_with_state`` with ``StateSpec.timeout``: they are idle from the start).
     initial_idle_timeout_ms: int | None = None
+    #: An output column (timestamp) carrying event time onward: Spark then gives the operator's
+    #: output a watermark, so a streaming aggregation, deduplication or join may follow it.
+    event_time_column: str | None = None
 
 
 class Engine(abc.ABC):

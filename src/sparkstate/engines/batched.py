@@ -633,4 +633,5 @@ class BatchedEngine(Engine):
             outputMode="Append" if plan.output_mode == "append" else "Update",
             timeMode=time_mode(plan),
             initialState=init,
+            eventTimeColumnName=plan.event_time_column or "",
         )

@@ -164,4 +164,5 @@ class TransformWithStateEngine(Engine):
             outputMode="Append" if plan.output_mode == "append" else "Update",
             timeMode=time_mode(plan),
             initialState=init,
+            eventTimeColumnName=plan.event_time_column or "",
         )

@@ -218,15 +218,17 @@ def _records(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int
 
     dirs = _directories(spark, checkpoint, op, batch_id)
     key_schema, state_schema = _batched_schemas(dirs)
-    target = tuple(state_schema.names)
+    # every bucket's columns are fitted to the target: a leaf re-laid after a type change still
+    # holds the values of keys not called since (an int where the field is now a double)
     bucket_relayers = {b: _relayer(StructType.fromJson(json.loads(d.state_schema)), state_schema)
-                       for b, d in dirs.items() if tuple(d.fields) != target or d.state_schema != state_schema.json()}
+                       for b, d in dirs.items()}
+    default_fit = _relayer(state_schema, state_schema)
     single = len(key_schema.fields) == 1
 
     def decode(row: Any) -> Any:
         import pickle
 
-        fit = bucket_relayers.get(row[0])
+        fit = bucket_relayers.get(row[0], default_fit)
         for k, (cols, timeout, _h) in pickle.loads(row[1]).items():
             if cols is not None and fit is not None:
                 cols = fit(cols)
