@@ -1,0 +1,157 @@
+"""sparkstate operators and Spark's own stateful operators in one query, on the session defaults,
+each query restarted once from its checkpoint."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql import functions as F
+
+import sparkstate as ss
+from sparkstate.io import generate_events, reference_sessions
+from sparkstate.pipelines import sessionize
+from tests.conftest import ENCODING_KEY
+from tests.streams import LandingDir, StreamRun
+
+ENGINES = ["tws", "batched"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return request.param
+
+
+def _chunks(rows: list, n: int, seed: int) -> list[list]:
+    """``rows`` cut in ``n`` consecutive parts, each shuffled (the order inside a batch is arbitrary)."""
+    size = -(-len(rows) // n)
+    rng = random.Random(seed)
+    parts = [rows[i: i + size] for i in range(0, len(rows), size)]
+    for p in parts:
+        rng.shuffle(p)
+    return parts
+
+
+def _watermark(run: StreamRun) -> datetime:
+    text = run.query.lastProgress["eventTime"]["watermark"]
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+def _hour(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+
+
+def test_session_defaults_leave_spark_encoding_alone(spark):
+    assert ENCODING_KEY not in ss.session.default_config()
+    assert spark.conf.get(ENCODING_KEY, "unsaferow") == "unsaferow"
+
+
+def test_sessions_counted_per_hour_in_one_query(spark, tmp_path, engine):
+    events = generate_events(1200, users=4, seed=3)
+    parts = _chunks([{"user_id": e.user_id, "event_time": e.event_time.isoformat(), "data": e.data,
+                      "is_last": e.is_last} for e in events], 8, seed=11)
+    land = LandingDir(tmp_path / "in")
+
+    def query():
+        clicks = land.stream(spark, "user_id string, event_time timestamp, data string, is_last boolean")
+        sessions = sessionize(clicks, gap="1 minute", watermark="10 seconds", engine=engine)
+        return sessions.groupBy(F.window("session_end", "1 hour")).count()
+
+    got: dict = {}
+    ck = tmp_path / "ck"
+    for half, already in ((parts[:4], 0), (parts[4:], sum(len(p) for p in parts[:4]))):
+        with StreamRun(spark, query(), ck, landing=land, output_mode="append", already_read=already) as run:
+            for p in half:
+                land.add(p)
+                run.wait_input()
+            run.query.processAllAvailable()  # event time: idle once the last watermark advance has fired
+            for r in run.rows:
+                start = r.window.start.astimezone(timezone.utc).replace(tzinfo=None)  # Spark hands local time
+                assert start not in got, f"window {start} emitted twice"
+                got[start] = r["count"]
+            wm = _watermark(run)
+    per_hour = Counter(_hour(s.session_end) for s in reference_sessions(events, "1 minute"))
+    closed = {h: n for h, n in per_hour.items() if (h.replace(tzinfo=timezone.utc).timestamp() + 3600) * 1000
+              <= wm.timestamp() * 1000}
+    assert len(closed) >= 4 and len(closed) < len(per_hour)  # the last hour is still open
+    assert got == closed
+
+
+def _count_rows(key, rows, state):
+    n = (state.getOption or 0) + sum(1 for _ in rows)
+    state.update(n)
+    return (key, n)
+
+
+def test_operator_after_drop_duplicates_within_watermark(spark, tmp_path, engine):
+    # each click is sent twice, the copy one or two files later (well inside the 10-minute delay)
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    clicks = [{"user": f"u{i % 5}", "id": f"c{i}", "t": t0 + i} for i in range(60)]
+    files: list[list] = [[] for _ in range(8)]
+    for i, c in enumerate(clicks):
+        files[i // 10].append(c)
+        files[i // 10 + 1 + i % 2].append(dict(c))
+    rng = random.Random(5)
+    for f in files:
+        rng.shuffle(f)
+    land = LandingDir(tmp_path / "in")
+
+    def query():
+        src = (land.stream(spark, "user string, id string, t double")
+               .withColumn("ts", F.col("t").cast("timestamp")).withWatermark("ts", "10 minutes")
+               .dropDuplicatesWithinWatermark(["id"]))
+        return ss.map_groups_with_state(src, key="user", func=_count_rows, state_type=int,
+                                        output_type="user string, n long", engine=engine)
+
+    last: dict = {}
+    ck = tmp_path / "ck"
+    for half, already in ((files[:4], 0), (files[4:], sum(len(f) for f in files[:4]))):
+        with StreamRun(spark, query(), ck, landing=land, already_read=already) as run:
+            for f in half:
+                land.add(f)
+                run.wait_input()
+            for r in run.rows:
+                last[r.user] = max(last.get(r.user, 0), r.n)
+    assert last == dict(Counter(c["user"] for c in clicks))  # every click once: 12 per user
+
+
+def test_stream_static_join_feeds_an_operator(spark, tmp_path, engine):
+    countries = spark.createDataFrame([(f"u{i}", "fr" if i % 3 else "de") for i in range(9)], "user string, country string")
+    rng = random.Random(7)
+    files = [[{"user": f"u{rng.randrange(10)}", "page": f"p{j}"} for j in range(25)] for _ in range(4)]
+    land = LandingDir(tmp_path / "in")
+
+    def query():
+        clicks = land.stream(spark, "user string, page string").join(countries, "user")  # u9: no country
+        return ss.map_groups_with_state(clicks, key="country", func=_count_rows, state_type=int,
+                                        output_type="country string, n long", engine=engine)
+
+    last: dict = {}
+    ck = tmp_path / "ck"
+    for half, already in ((files[:2], 0), (files[2:], 50)):
+        with StreamRun(spark, query(), ck, landing=land, already_read=already) as run:
+            for f in half:
+                land.add(f)
+                run.wait_input()
+            for r in run.rows:
+                last[r.country] = max(last.get(r.country, 0), r.n)
+    country = {f"u{i}": "fr" if i % 3 else "de" for i in range(9)}
+    want = Counter(country[c["user"]] for f in files for c in f if c["user"] in country)
+    assert last == dict(want) and sum(want.values()) < 100  # u9 had clicks, and no country
+
+
+def test_other_streaming_aggregations_in_the_session_keep_working(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"user": "a"}, {"user": "b"}, {"user": "a"}])
+    ours = ss.map_groups_with_state(land.stream(spark, "user string"), key="user", func=_count_rows,
+                                    state_type=int, output_type="user string, n long")
+    theirs = land.stream(spark, "user string").groupBy("user").count()
+    with StreamRun(spark, ours, tmp_path / "ck1", landing=land) as r1, \
+            StreamRun(spark, theirs, tmp_path / "ck2", landing=land, output_mode="complete") as r2:
+        r1.wait_input()
+        r2.wait_input()
+        r2.wait_for(lambda _: bool(r2.batches)
+                    and sorted((r.user, r["count"]) for r in r2.batches[-1]) == [("a", 2), ("b", 1)])
+        assert sorted(tuple(r) for r in r1.rows) == [("a", 2), ("b", 1)]
