@@ -155,3 +155,19 @@ def test_other_streaming_aggregations_in_the_session_keep_working(spark, tmp_pat
         r2.wait_for(lambda _: bool(r2.batches)
                     and sorted((r.user, r["count"]) for r in r2.batches[-1]) == [("a", 2), ("b", 1)])
         assert sorted(tuple(r) for r in r1.rows) == [("a", 2), ("b", 1)]
+
+
+def test_event_time_column_is_checked_when_defined(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    src = land.stream(spark, "user string, t timestamp")
+
+    def define(df, column, output="user string, t timestamp, n long"):
+        return ss.map_groups_with_state(df, key="user", func=_count_rows, state_type=int, output_type=output,
+                                        event_time_column=column)
+
+    with pytest.raises(ss.ConfigError, match="event_time_column 'nope' is not an output column"):
+        define(src.withWatermark("t", "1 minute"), "nope")
+    with pytest.raises(ss.ConfigError, match="event_time_column 'n' must be a timestamp column, it is bigint"):
+        define(src.withWatermark("t", "1 minute"), "n")
+    with pytest.raises(ss.ConfigError, match="the input has none"):
+        define(src, "t")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engines.base import (EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, LEGACY_STATE_VARIABLE, SCHEMA_FIELD, STATE_VARIABLE,
-                            TIMEOUT_COLUMN)
+from ..engines.base import (EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, LEGACY_STATE_VARIABLE, SCHEMA_FIELD, STATE_FIELD,
+                            STATE_VARIABLE, TIMEOUT_COLUMN, TIMEOUT_FIELD)
 from ..engines.batched import BUCKET_COLUMN, DIR_VARIABLE, LEAF_VARIABLE
 from ..errors import StateSchemaError
 
@@ -213,7 +213,8 @@ def _records(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int
                     cols = relayers[tag](cols)
             return (part, tuple(key), cols, timeout, cols is not None)
 
-        rows = raw.select("partition_id", "key", "value").rdd.map(decode_tws)
+        rows = raw.select("partition_id", "key", F.struct(*[F.col(f"value.`{f}`") for f in
+                                                            (SCHEMA_FIELD, STATE_FIELD, TIMEOUT_FIELD)])).rdd.map(decode_tws)
         return spark.createDataFrame(rows, schema_of(key_schema, target))
 
     dirs = _directories(spark, checkpoint, op, batch_id)
