@@ -1,5 +1,5 @@
 """sparkstate operators and Spark's own stateful operators in one query, on the session defaults,
-each query restarted once from its checkpoint."""
+each query restarted once from its checkpoint; rows inside a micro-batch in shuffled order."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 from pyspark.sql import functions as F
 
 import sparkstate as ss
-from sparkstate.io import generate_events, reference_sessions
-from sparkstate.pipelines import sessionize
 from tests.conftest import ENCODING_KEY
 from tests.streams import LandingDir, StreamRun
 
@@ -24,59 +22,9 @@ def engine(request):
     return request.param
 
 
-def _chunks(rows: list, n: int, seed: int) -> list[list]:
-    """``rows`` cut in ``n`` consecutive parts, each shuffled (the order inside a batch is arbitrary)."""
-    size = -(-len(rows) // n)
-    rng = random.Random(seed)
-    parts = [rows[i: i + size] for i in range(0, len(rows), size)]
-    for p in parts:
-        rng.shuffle(p)
-    return parts
-
-
-def _watermark(run: StreamRun) -> datetime:
-    text = run.query.lastProgress["eventTime"]["watermark"]
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-
-
-def _hour(t: datetime) -> datetime:
-    return t.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
-
-
 def test_session_defaults_leave_spark_encoding_alone(spark):
     assert ENCODING_KEY not in ss.session.default_config()
     assert spark.conf.get(ENCODING_KEY, "unsaferow") == "unsaferow"
-
-
-def test_sessions_counted_per_hour_in_one_query(spark, tmp_path, engine):
-    events = generate_events(1200, users=4, seed=3)
-    parts = _chunks([{"user_id": e.user_id, "event_time": e.event_time.isoformat(), "data": e.data,
-                      "is_last": e.is_last} for e in events], 8, seed=11)
-    land = LandingDir(tmp_path / "in")
-
-    def query():
-        clicks = land.stream(spark, "user_id string, event_time timestamp, data string, is_last boolean")
-        sessions = sessionize(clicks, gap="1 minute", watermark="10 seconds", engine=engine)
-        return sessions.groupBy(F.window("session_end", "1 hour")).count()
-
-    got: dict = {}
-    ck = tmp_path / "ck"
-    for half, already in ((parts[:4], 0), (parts[4:], sum(len(p) for p in parts[:4]))):
-        with StreamRun(spark, query(), ck, landing=land, output_mode="append", already_read=already) as run:
-            for p in half:
-                land.add(p)
-                run.wait_input()
-            run.query.processAllAvailable()  # event time: idle once the last watermark advance has fired
-            for r in run.rows:
-                start = r.window.start.astimezone(timezone.utc).replace(tzinfo=None)  # Spark hands local time
-                assert start not in got, f"window {start} emitted twice"
-                got[start] = r["count"]
-            wm = _watermark(run)
-    per_hour = Counter(_hour(s.session_end) for s in reference_sessions(events, "1 minute"))
-    closed = {h: n for h, n in per_hour.items() if (h.replace(tzinfo=timezone.utc).timestamp() + 3600) * 1000
-              <= wm.timestamp() * 1000}
-    assert len(closed) >= 4 and len(closed) < len(per_hour)  # the last hour is still open
-    assert got == closed
 
 
 def _count_rows(key, rows, state):

@@ -397,9 +397,6 @@ def sessionize(
         output_mode="append",
         engine=engine,
         checkpoint=checkpoint,
-        # sessions carry the watermark onward on session_end, so Spark's own stateful operators
-        # (a windowed count of sessions, a join) may follow in the same query
-        event_time_column="session_end" if mode == "event" and events.isStreaming and not emit else None,
     )
 
 
