@@ -25,7 +25,7 @@ from .data import Scaling, Workload, key_width
 
 Family = Literal["jvm", "pyspark", "sparkstate"]
 #: Spark's built-in stateful operators, (flat)mapGroupsWithState and applyInPandasWithState
-#: refuse the Avro state encoding that sparkstate's session uses (transformWithState takes both).
+#: refuse the Avro state encoding (transformWithState takes both): pinned, whatever --conf says.
 UNSAFEROW = {"spark.sql.streaming.stateStore.encodingFormat": "unsaferow"}
 
 

@@ -32,7 +32,7 @@ MASTER = "local[2]"
 
 def bench_config(jar: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings every contender shares, on top of ``sparkstate.session.default_config()``
-    (RocksDB, changelog checkpointing, Avro state encoding, UTC)."""
+    (RocksDB, changelog checkpointing, UTC)."""
     cfg = {
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",

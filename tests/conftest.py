@@ -63,3 +63,29 @@ def kafka_spark(spark):
     if not kafka_connector_available(spark):
         pytest.fail(f"Spark's Kafka connector is not on the test session's classpath: {MAKE_HINT}", pytrace=False)
     return spark
+
+
+ENCODING_KEY = "spark.sql.streaming.stateStore.encodingFormat"
+
+
+@pytest.fixture(params=["unsaferow", "avro"])
+def state_encoding(request, spark):
+    """Run a test's new checkpoints under each state encoding (a checkpoint keeps the one it
+    started with: Spark records it in the offset log)."""
+    before = spark.conf.get(ENCODING_KEY, None)
+    spark.conf.set(ENCODING_KEY, request.param)
+    try:
+        yield request.param
+    finally:
+        if before is None:
+            spark.conf.unset(ENCODING_KEY)
+        else:
+            spark.conf.set(ENCODING_KEY, before)
+
+
+def checkpoint_encoding(checkpoint) -> str:
+    """The state encoding a checkpoint runs with, as its first offset-log entry records it."""
+    import json
+
+    lines = (Path(checkpoint) / "offsets" / "0").read_text().splitlines()
+    return json.loads(lines[1])["conf"].get(ENCODING_KEY, "unsaferow")

@@ -113,6 +113,7 @@ def _build(
     value_decoder: Callable | None = None,
     initial_idle_timeout_ms: int | None = None,
     checkpoint: str | os.PathLike | None = None,
+    event_time_column: str | None = None,
 ) -> DataFrame:
     if not isinstance(df, DataFrame):
         raise ConfigError(f"{operator_name}: expected a pyspark DataFrame as input, got {type(df).__name__}")
@@ -141,6 +142,8 @@ def _build(
                 " event-time timeout. Drop state_ttl and let the event-time timeout expire the state, or use"
                 " timeout=ProcessingTimeTimeout."
             )
+    if event_time_column is not None:
+        _check_event_time_column(df, output_schema, event_time_column, watermark, operator_name)
     if value_decoder is None and value_type is not None:
         value_decoder = record_decoder(value_type, df.schema, "value_type")
     init_df, init_timeout = _initial_state(initial_state, df, keys, codec, operator_name)
@@ -166,9 +169,25 @@ def _build(
         streaming=df.isStreaming,
         initial_has_timeout=init_timeout,
         initial_idle_timeout_ms=initial_idle_timeout_ms,
+        event_time_column=event_time_column,
     )
     ship_user_modules()  # the user's modules that are not installed travel with the query
     return get_engine(engine).apply(df, plan, init_df)
+
+
+def _check_event_time_column(df: DataFrame, output_schema: StructType, column: str, watermark: bool,
+                             operator_name: str) -> None:
+    from pyspark.sql.types import TimestampType
+
+    if not isinstance(column, str) or column not in output_schema.names:
+        raise ConfigError(f"{operator_name}: event_time_column {column!r} is not an output column;"
+                          f" the output has {', '.join(output_schema.names)}")
+    if not isinstance(output_schema[column].dataType, TimestampType):
+        raise ConfigError(f"{operator_name}: event_time_column {column!r} must be a timestamp column,"
+                          f" it is {output_schema[column].dataType.simpleString()}")
+    if df.isStreaming and not watermark:
+        raise ConfigError(f"{operator_name}: event_time_column carries the input's event-time watermark onward,"
+                          " and the input has none. Call df.withWatermark(...) before this operator.")
 
 
 def map_groups_with_state(
@@ -186,6 +205,7 @@ def map_groups_with_state(
     *,
     engine: str | Engine = "tws",
     checkpoint: str | os.PathLike | None = None,
+    event_time_column: str | None = None,
 ) -> DataFrame:
     """Keep state per key across micro-batches; ``func`` returns one output or ``None`` per call.
 
@@ -197,6 +217,13 @@ def map_groups_with_state(
     stored state is checked against ``state_type`` now, and an incompatible change (a renamed
     field, a narrowed type, another key) raises :class:`StateSchemaError` with a field-by-field
     diff before anything runs.
+
+    ``event_time_column``: a timestamp column of the output that carries event time onward
+    (the input must have a watermark): Spark then gives the output a watermark, so a windowed
+    aggregation or a stream-stream join in append mode may follow in the same query. Spark
+    requires every output row's value there to be at or after the micro-batch's watermark and
+    fails the query otherwise (``EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED``): a session
+    closed by its timeout ends before the watermark, so ``session_end`` cannot be that column.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -214,7 +241,7 @@ def map_groups_with_state(
         df, operator_name="map_groups_with_state", key=key, func=func, state_type=state_type,
         output_type=output_type, timeout=timeout, value_type=value_type, initial_state=initial_state,
         output_mode=output_mode, keep_expired_state=keep_expired_state, state_ttl=state_ttl, flat=False,
-        engine=engine, checkpoint=checkpoint,
+        engine=engine, checkpoint=checkpoint, event_time_column=event_time_column,
     )
 
 
@@ -233,6 +260,7 @@ def flat_map_groups_with_state(
     *,
     engine: str | Engine = "tws",
     checkpoint: str | os.PathLike | None = None,
+    event_time_column: str | None = None,
 ) -> DataFrame:
     """As :func:`map_groups_with_state`, but ``func`` returns an iterable of outputs (any number).
 
@@ -249,7 +277,7 @@ def flat_map_groups_with_state(
         df, operator_name="flat_map_groups_with_state", key=key, func=func, state_type=state_type,
         output_type=output_type, timeout=timeout, value_type=value_type, initial_state=initial_state,
         output_mode=output_mode, keep_expired_state=keep_expired_state, state_ttl=state_ttl, flat=True,
-        engine=engine, checkpoint=checkpoint,
+        engine=engine, checkpoint=checkpoint, event_time_column=event_time_column,
     )
 
 

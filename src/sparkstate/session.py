@@ -2,8 +2,12 @@
 
 >>> import sparkstate as ss
 >>> spark = ss.spark_session()
->>> spark.conf.get("spark.sql.streaming.stateStore.encodingFormat")
-'avro'
+>>> spark.conf.get("spark.sql.streaming.stateStore.providerClass").rsplit(".", 1)[-1]
+'RocksDBStateStoreProvider'
+
+The state encoding (``spark.sql.streaming.stateStore.encodingFormat``) is left at Spark's
+default, ``unsaferow``, which every stateful operator of Spark takes: sparkstate's operators
+lay out and version their state themselves, so its evolution works under either encoding.
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ REQUIRED_SETTINGS: dict[str, tuple[str, str]] = {
         ROCKSDB_PROVIDER, "transformWithState keeps state only in the RocksDB state store"),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": (
         "true", "checkpoints then write only the changed keys, not a full snapshot"),
-    "spark.sql.streaming.stateStore.encodingFormat": (
-        "avro", "state then survives adding or removing fields of the state type"),
 }
 
 
@@ -86,13 +88,11 @@ def spark_session(
 ) -> "SparkSession":
     """Return (or reuse) a SparkSession set up for keyed state.
 
-    RocksDB state store with changelog checkpointing, Avro state encoding, RocksDB's memory
-    bounded (:data:`ROCKSDB_MEMORY`: 64 MB per executor), shuffle partitions = the machine's
-    cores, UTC session time zone, quiet logs.
-
-    Spark's built-in stateful operators (streaming aggregations, deduplication, joins) refuse
-    the Avro state encoding: for a query made of those, set
-    ``spark.sql.streaming.stateStore.encodingFormat`` to ``unsaferow`` before starting it. ``master=None`` means
+    RocksDB state store with changelog checkpointing, RocksDB's memory bounded
+    (:data:`ROCKSDB_MEMORY`: 64 MB per executor), shuffle partitions = the machine's cores,
+    UTC session time zone, quiet logs. The state encoding stays Spark's default, so one query
+    (and one session) may mix sparkstate operators with Spark's streaming aggregations,
+    deduplication and joins, which refuse the Avro encoding. ``master=None`` means
     ``local[*]`` unless one is already configured (spark-submit). In local mode Spark's ports
     listen on 127.0.0.1 only (:data:`LOCAL_ONLY`). ``config`` wins over all.
     """

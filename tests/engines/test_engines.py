@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import sparkstate as ss
+from tests.conftest import checkpoint_encoding
 from tests.streams import LandingDir, StreamRun
 
 GAP_MS = 1500
@@ -179,7 +180,7 @@ def profile_v2(user, rows, state):
     return (user, p.visits, p.label, len(p.pages))
 
 
-def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_path, engine):
+def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_path, engine, state_encoding):
     land = LandingDir(tmp_path / "in")
     ck = tmp_path / "ck"
 
@@ -192,6 +193,7 @@ def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_pat
     with StreamRun(spark, query(profile_v1, ProfileV1), ck, landing=land) as run:
         run.wait_input()
         assert sorted(tuple(r) for r in run.rows) == [("u1", 2, "v1", 0), ("u2", 1, "v1", 0)]
+    assert checkpoint_encoding(ck) == state_encoding
     land.add([{"user": "u1", "page": "p3"}, {"user": "u2", "page": "p4"}])
     with StreamRun(spark, query(profile_v2, ProfileV2), ck, landing=land, already_read=3) as run:
         run.wait_input()

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 import sparkstate as ss
+from sparkstate.engines.batched import BatchedEngine
+from tests.conftest import checkpoint_encoding
 from tests.streams import LandingDir, StreamRun
 
 
@@ -98,7 +100,7 @@ def test_stats_counts_keys_per_partition_and_batch(spark, tmp_path):
     assert st.keys == 3 and st.keys_with_timeout == 3
     assert sum(p.keys for p in st.partitions) == 3 and len(st.partitions) == 2
     assert st.bytes_on_disk > 0 and all(p.bytes_on_disk > 0 for p in st.partitions)
-    assert st.operator["time_mode"] == "ProcessingTime" and "sparkstate" in st.operator["state_variables"]
+    assert st.operator["time_mode"] == "ProcessingTime" and "sparkstate_v2" in st.operator["state_variables"]
     assert set(st.keys_per_batch.values()) == {0, 2, 3}  # empty first file, then 2 keys, then 3
 
 
@@ -141,7 +143,9 @@ def count_into(cls):
     return f
 
 
-def test_compatible_changes_keep_state_and_incompatible_ones_fail_before_start(spark, tmp_path):
+@pytest.mark.parametrize("engine", ["tws", "batched"])
+def test_compatible_changes_keep_state_and_incompatible_ones_fail_before_start(spark, tmp_path, engine,
+                                                                               state_encoding):
     land = LandingDir(tmp_path / "in")
     ck = tmp_path / "ck"
 
@@ -149,12 +153,15 @@ def test_compatible_changes_keep_state_and_incompatible_ones_fail_before_start(s
         src = land.stream(spark, "user string, page string")
         if key != "user":
             src = src.withColumnRenamed("user", key)
+        # batched: one bucket, one key per leaf, so a batch touches some leaves of a bucket only
+        eng = BatchedEngine(buckets=1, leaf_rows=1) if engine == "batched" else engine
         return ss.map_groups_with_state(src, key=key, func=func or count_into(cls), state_type=cls,
-                                        output_type="user string, n double", checkpoint=ck, **kw)
+                                        output_type="user string, n double", checkpoint=ck, engine=eng, **kw)
 
-    land.add([{"user": "u1", "page": "a"}, {"user": "u1", "page": "b"}])
+    land.add([{"user": "u1", "page": "a"}, {"user": "u1", "page": "b"}, {"user": "u2", "page": "a"}])
     with StreamRun(spark, define(V1), ck, landing=land) as run:
         run.wait_input()
+    assert checkpoint_encoding(ck) == state_encoding
 
     with pytest.raises(ss.StateSchemaError) as renamed:
         define(V3Renamed)
@@ -169,23 +176,29 @@ def test_compatible_changes_keep_state_and_incompatible_ones_fail_before_start(s
         define(V1, key="user_id")
 
     land.add([{"user": "u1", "page": "c"}])
-    with StreamRun(spark, define(V2Compatible), ck, landing=land, already_read=2) as run:
+    with StreamRun(spark, define(V2Compatible), ck, landing=land, already_read=3) as run:
         run.wait_input()
         assert [tuple(r) for r in run.rows] == [("u1", 3.0)]
+    # u1 was rewritten under V2Compatible, u2 was not: the tools show both in the new shape
+    state = {r.user: r for r in ss.state.read(spark, ck).collect()}
+    assert {u: (r.n, r.tags) for u, r in state.items()} == {"u1": (3.0, []), "u2": (1.0, None)}
+    if engine == "tws":  # u2's row still holds V1, so a later change is checked against both types
+        with pytest.raises(ss.StateSchemaError, match=r"label: type changed \(string -> bigint\)"):
+            define(V4Narrowed)
+    land.add([{"user": "u2", "page": "b"}])
+    land.add([{"user": "u1", "page": "d"}])
+    with StreamRun(spark, define(V2Compatible), ck, landing=land, already_read=4) as run:
+        run.wait_input()
+        assert sorted(tuple(r) for r in run.rows) == [("u1", 4.0), ("u2", 2.0)]
 
 
 def test_checkpoint_of_another_query_is_refused(spark, tmp_path):
     land = LandingDir(tmp_path / "in")
     land.add([{"user": "u1", "page": "a"}])
     counts = land.stream(spark, "user string, page string").groupBy("user").count()
-    # Spark's own aggregations do not take the Avro state encoding sparkstate sessions use.
-    key = "spark.sql.streaming.stateStore.encodingFormat"
-    spark.conf.set(key, "unsaferow")
-    try:
-        with StreamRun(spark, counts, tmp_path / "ck", landing=land) as run:
-            run.wait_input()
-    finally:
-        spark.conf.set(key, "avro")
+    # (the session's defaults take Spark's own aggregations, next to sparkstate's operators)
+    with StreamRun(spark, counts, tmp_path / "ck", landing=land) as run:
+        run.wait_input()
     with pytest.raises(ss.StateSchemaError, match="does not hold sparkstate state: it has stateStoreSave"):
         ss.state.read(spark, tmp_path / "ck")
     with pytest.raises(ss.StateSchemaError, match="does not hold sparkstate state"):

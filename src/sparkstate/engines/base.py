@@ -12,23 +12,46 @@ import abc
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable
 
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
 from ..errors import ConfigError
 from ..group_state import GroupFunc, GroupStateTimeout
 from ..types import Codec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
 
-#: Meta columns stored beside the state's own fields in the state row.
+RESERVED_PREFIX = "_sparkstate_"
+#: The tws engine's state variable (layout 2; what ``format("statestore")`` reads): one row per
+#: key, of the fixed schema :data:`STATE_ROW_SCHEMA` whatever the state type, so that Spark sees
+#: the same value schema under either state encoding (``unsaferow``, which allows no schema
+#: change, or ``avro``) and the state's own evolution is ours (see :mod:`sparkstate.state.evolution`).
+STATE_VARIABLE = "sparkstate_v2"
+#: Layout 1 (earlier releases): variable ``sparkstate`` holding the state's fields as Spark
+#: columns beside these two meta columns, which relied on Avro state encoding for evolution.
+LEGACY_STATE_VARIABLE = "sparkstate"
 EXISTS_COLUMN = "_sparkstate_exists"
 TIMEOUT_COLUMN = "_sparkstate_timeout_ms"
-RESERVED_PREFIX = "_sparkstate_"
-#: Name of the state variable in the state store (what ``format("statestore")`` reads).
-STATE_VARIABLE = "sparkstate"
+#: Columns of a layout-2 state row: the type tag of the state's columns (``types.type_tag``), the
+#: encoded state (:func:`encode_state_blob`; null when only a timeout is pending), the timeout.
+SCHEMA_FIELD = "schema"
+STATE_FIELD = "state"
+TIMEOUT_FIELD = "timeout_ms"
+STATE_ROW_SCHEMA = StructType([
+    StructField(SCHEMA_FIELD, StringType(), True),
+    StructField(STATE_FIELD, BinaryType(), True),
+    StructField(TIMEOUT_FIELD, LongType(), True),
+])
+#: What a layout-2 query opens under the layout-1 name and never writes: a layout-1 checkpoint
+#: holds ``_sparkstate_exists`` as a boolean there, which Spark cannot evolve to binary under
+#: either encoding, so such a checkpoint is refused when the query starts instead of its state
+#: being silently ignored (with ``checkpoint=``, ``state.evolution`` refuses it earlier, in words).
+LEGACY_GUARD_SCHEMA = StructType([StructField(EXISTS_COLUMN, BinaryType(), True)])
+#: Pickle protocol of encoded state (both engines): the state's column values as a tuple of
+#: builtins (nested structs as Rows), field order given by the type tag stored beside them.
+PICKLE_PROTOCOL = 5
 #: Column of an initial-state DataFrame (and of ``ss.state.read``) holding a pending timeout.
 INITIAL_TIMEOUT_COLUMN = "timeout_ms"
-
 
 @dataclass(frozen=True)
 class StatePlan:
@@ -57,6 +80,9 @@ class StatePlan:
     #: Keys loaded from the initial state without a ``timeout_ms`` time out this long after the
     #: first batch (``map_with_state`` with ``StateSpec.timeout``: they are idle from the start).
     initial_idle_timeout_ms: int | None = None
+    #: An output column (timestamp) carrying event time onward: Spark then gives the operator's
+    #: output a watermark, so a streaming aggregation, deduplication or join may follow it.
+    event_time_column: str | None = None
 
     def __reduce__(self) -> tuple:
         # On its way to a worker the plan is one blob unpickled by sparkstate's own code, so a

@@ -402,6 +402,10 @@ class _Processor(StatefulProcessor, Calls):
         leaves = d.leaves
         placed = [(k, hashes[k], leaf_of(leaves, leaf_bits(hashes[k]))) for k in groups]
         need = {lid for _, _, lid in placed}
+        if d.fields != self.fields:
+            # the state type changed since this bucket was written: re-lay all of its leaves now,
+            # as the directory records one field layout for the whole bucket
+            need.update(lid for lid, (count, _) in leaves.items() if count)
         due: list[int] = []
         if self.timers:
             due = [lid for lid, (_, m) in leaves.items() if m is not None and m < now]
@@ -633,4 +637,5 @@ class BatchedEngine(Engine):
             outputMode="Append" if plan.output_mode == "append" else "Update",
             timeMode=time_mode(plan),
             initialState=init,
+            eventTimeColumnName=plan.event_time_column or "",
         )

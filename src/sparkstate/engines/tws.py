@@ -1,34 +1,39 @@
 """The engine on PySpark's ``transformWithState`` (Row API), RocksDB state store.
 
-One value-state variable per key holds the state's fields *and* its pending timeout, so a key
-costs one ``get`` and (only when something changed) one ``update`` or ``clear``; timers are
-touched only when the timeout changes, and are never listed. A timer is registered at
-``timeout + 1`` because transformWithState fires timers at or before the clock while
-GroupState times out strictly before it.
+One value-state variable per key holds the state *and* its pending timeout, so a key costs one
+``get`` and (only when something changed) one ``update`` or ``clear``; timers are touched only
+when the timeout changes, and are never listed. A timer is registered at ``timeout + 1``
+because transformWithState fires timers at or before the clock while GroupState times out
+strictly before it.
+
+The row (``base.STATE_ROW_SCHEMA``) has one schema for every state type: the type tag of the
+state's columns, the column values pickled, the timeout. Spark therefore never sees the state
+type change (under ``unsaferow`` it would refuse any change); a row written under another
+state type is re-laid by field name when read, and the decoder fills defaults.
 """
 
 from __future__ import annotations
 
+import pickle
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.streaming import StatefulProcessor
-from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from ..group_state import GroupStateTimeout, Outcome, is_due, run_call
+from ..types import tag_fields, type_tag
 from ._calls import Calls, time_mode
 from .columns import row_fixer
-from .base import EXISTS_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN, Engine, StatePlan, initial_key_column
+from .base import (LEGACY_GUARD_SCHEMA, LEGACY_STATE_VARIABLE, PICKLE_PROTOCOL, STATE_ROW_SCHEMA, STATE_VARIABLE,
+                   Engine, StatePlan, initial_key_column)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def state_row_schema(plan: StatePlan) -> StructType:
-    """The schema of the stored state row: the state's columns, then existence and timeout."""
-    return StructType(
-        list(plan.state_codec.columns.fields)
-        + [StructField(EXISTS_COLUMN, BooleanType(), True), StructField(TIMEOUT_COLUMN, LongType(), True)]
-    )
+def relay(stored: tuple[str, ...], current: tuple[str, ...]) -> tuple[int | None, ...]:
+    """Where each current field sits among the stored ones (None: not stored, reads as null)."""
+    pos = {n: i for i, n in enumerate(stored)}
+    return tuple(pos.get(n) for n in current)
 
 
 class _Processor(StatefulProcessor, Calls):
@@ -43,7 +48,10 @@ class _Processor(StatefulProcessor, Calls):
         plan = self.plan
         self.handle = handle
         ttl = plan.state_ttl_ms if (plan.state_ttl_ms is not None and self.mode == "ProcessingTime") else None
-        self.vs = handle.getValueState(STATE_VARIABLE, state_row_schema(plan), ttl)
+        self.vs = handle.getValueState(STATE_VARIABLE, STATE_ROW_SCHEMA, ttl)
+        handle.getValueState(LEGACY_STATE_VARIABLE, LEGACY_GUARD_SCHEMA)  # never read or written
+        self.tag = type_tag(plan.state_codec.columns)
+        self._relay: dict[str, tuple] = {}
         self.timers = self.mode != "None"
         self.single_key = len(plan.key_columns) == 1
         self.start_task(plan)
@@ -57,9 +65,16 @@ class _Processor(StatefulProcessor, Calls):
         stored = self.vs.get()
         if stored is None:
             return None, False, None
-        exists = bool(stored[self.n_state])
-        value = self.codec.decode_columns(stored[: self.n_state]) if exists else None
-        return value, exists, stored[self.n_state + 1]
+        tag, blob, timeout = stored
+        if blob is None:
+            return None, False, timeout
+        cols = pickle.loads(blob)
+        if tag != self.tag:
+            idx = self._relay.get(tag)
+            if idx is None:
+                idx = self._relay[tag] = relay(tag_fields(tag), self.codec.fields)
+            cols = tuple(None if i is None else cols[i] for i in idx)
+        return self.codec.decode_columns(cols), True, timeout
 
     def _state(self, value: Any, exists: bool, tv: Any, timed_out: bool) -> Any:
         pt, wm = self.times(tv)
@@ -69,8 +84,8 @@ class _Processor(StatefulProcessor, Calls):
         if not exists and timeout_ms is None:
             self.vs.clear()
             return
-        cols = self.encode_state(key, value) if exists else self.empty_cols
-        self.vs.update(cols + (exists, timeout_ms))
+        blob = pickle.dumps(self.encode_state(key, value), PICKLE_PROTOCOL) if exists else None
+        self.vs.update((self.tag, blob, timeout_ms))
 
     def _commit(self, key: Any, outcome: Outcome, old_timeout: int | None, fired: bool, now: int) -> list:
         if outcome.write:
@@ -149,4 +164,5 @@ class TransformWithStateEngine(Engine):
             outputMode="Append" if plan.output_mode == "append" else "Update",
             timeMode=time_mode(plan),
             initialState=init,
+            eventTimeColumnName=plan.event_time_column or "",
         )

@@ -6,6 +6,6 @@ partition count, new code). ``check_compatible`` compares a checkpoint's state w
 """
 
 from .evolution import FieldChange, check_compatible, diff_schemas
-from .read import engine_of, export, keys, read, stats, stored_schema
+from .read import engine_of, export, keys, read, stats, stored_schema, stored_schemas
 
-__all__ = ["FieldChange", "check_compatible", "diff_schemas", "engine_of", "export", "keys", "read", "stats", "stored_schema"]
+__all__ = ["FieldChange", "check_compatible", "diff_schemas", "engine_of", "export", "keys", "read", "stats", "stored_schema", "stored_schemas"]

@@ -144,11 +144,21 @@ def check_compatible(
     committed state passes. ``engine``: the engine the query runs on; state written by another
     engine (another layout) is refused.
     """
-    from .read import engine_of, has_state, stored_schema
+    from .read import _sparkstate_operator, has_state, stored_schemas
 
     if not has_state(checkpoint):
         return []
-    written_by = engine_of(spark, checkpoint)
+    op = _sparkstate_operator(spark, checkpoint)
+    written_by = op["engine"]
+    if written_by == "tws" and op["layout"] == 1:
+        raise StateSchemaError(
+            f"the state in checkpoint {checkpoint} was written by an earlier sparkstate release, which kept the"
+            " state's fields as Spark columns (and needed the Avro state encoding); this release keeps each key's"
+            " state in one encoded row, which works under either encoding and beside Spark's own stateful"
+            " operators. Move the state: export it (`sparkstate state export CHECKPOINT state.parquet` or"
+            " ss.state.export) and start the query on a new checkpoint with"
+            " initial_state=spark.read.parquet(\"state.parquet\")."
+        )
     if engine is not None and written_by != engine:
         raise StateSchemaError(
             f"the state in checkpoint {checkpoint} was written by the {written_by!r} engine and this query runs on"
@@ -157,13 +167,18 @@ def check_compatible(
             " state.parquet`) and start the new query on a new checkpoint with"
             " initial_state=spark.read.parquet(\"state.parquet\")."
         )
-    old_key, old_state = stored_schema(spark, checkpoint)
+    old_key, old_states = stored_schemas(spark, checkpoint)
     key_changes = [
         FieldChange(f"key {c.path}", c.change if c.change != "added without a default" else "added", c.old, c.new, False)
         for c in diff_schemas(old_key, key_schema)
     ]
     defaulted = _defaulted(state_type) if state_type is not None else set()
-    changes = key_changes + diff_schemas(old_state, state_schema, defaulted)
+    # every state type stored rows still hold must fit (after a change, untouched keys keep theirs)
+    changes = list(key_changes)
+    for old_state in old_states:
+        for c in diff_schemas(old_state, state_schema, defaulted):
+            if c not in changes:
+                changes.append(c)
     bad = [c for c in changes if not c.compatible]
     if bad:
         lines = "\n".join(f"  - {c}{'' if not c.compatible else '  [compatible]'}" for c in changes)

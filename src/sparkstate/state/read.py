@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engines.base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, STATE_VARIABLE, TIMEOUT_COLUMN
+from ..engines.base import (EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, LEGACY_STATE_VARIABLE, SCHEMA_FIELD, STATE_FIELD,
+                            STATE_VARIABLE, TIMEOUT_COLUMN, TIMEOUT_FIELD)
 from ..engines.batched import BUCKET_COLUMN, DIR_VARIABLE, LEAF_VARIABLE
 from ..errors import StateSchemaError
 
@@ -50,13 +51,21 @@ def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict
     return out
 
 
-def _engine_of(op: dict[str, Any]) -> str | None:
+def _layout_of(op: dict[str, Any]) -> tuple[str, int] | None:
+    """(engine, layout version) of a sparkstate operator's state, or None for another operator."""
     names = op["state_variables"]
     if STATE_VARIABLE in names:
-        return "tws"
+        return "tws", 2
+    if LEGACY_STATE_VARIABLE in names:
+        return "tws", 1  # state fields as Spark columns (earlier releases)
     if DIR_VARIABLE in names and LEAF_VARIABLE in names:
-        return "batched"
+        return "batched", 1
     return None
+
+
+def _engine_of(op: dict[str, Any]) -> str | None:
+    layout = _layout_of(op)
+    return None if layout is None else layout[0]
 
 
 def _sparkstate_operator(spark: "SparkSession", checkpoint: str | os.PathLike) -> dict[str, Any]:
@@ -65,7 +74,7 @@ def _sparkstate_operator(spark: "SparkSession", checkpoint: str | os.PathLike) -
     if not has_state(checkpoint):
         raise StateSchemaError(f"checkpoint {checkpoint} has no committed state yet (no batch has completed)")
     ops = operators(spark, checkpoint)
-    ours = [dict(o, engine=_engine_of(o)) for o in ops if _engine_of(o)]
+    ours = [dict(o, engine=_engine_of(o), layout=_layout_of(o)[1]) for o in ops if _engine_of(o)]
     if not ours:
         found = "; ".join(f"{o['operator']} with state {', '.join(o['state_variables']) or '(none listed)'}" for o in ops)
         raise StateSchemaError(
@@ -114,15 +123,60 @@ def _batched_schemas(dirs: dict[int, Any]) -> tuple["StructType", "StructType"]:
     return StructType.fromJson(json.loads(key_json)), StructType.fromJson(json.loads(state_json))
 
 
+def _coercer(dt: Any) -> Any:
+    """A function fitting a value stored under an older state type to ``dt`` (numbers widened,
+    structs matched by field name, missing fields null), as Spark's ``createDataFrame`` takes it."""
+    from pyspark.sql import Row
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+
+    if isinstance(dt, (DoubleType, FloatType)):
+        return lambda v: None if v is None else float(v)
+    if isinstance(dt, StructType):
+        names = dt.names
+        subs = [_coercer(f.dataType) for f in dt.fields]
+
+        def struct(v: Any) -> Any:
+            if v is None:
+                return None
+            if isinstance(v, Row) and hasattr(v, "__fields__"):
+                d = v.asDict()
+                return tuple(c(d.get(n)) for n, c in zip(names, subs))
+            if isinstance(v, dict):
+                return tuple(c(v.get(n)) for n, c in zip(names, subs))
+            return tuple(c(x) for c, x in zip(subs, v))
+        return struct
+    if isinstance(dt, ArrayType):
+        elem = _coercer(dt.elementType)
+        return lambda v: None if v is None else [elem(x) for x in v]
+    if isinstance(dt, MapType):
+        kc, vc = _coercer(dt.keyType), _coercer(dt.valueType)
+        return lambda v: None if v is None else {kc(k): vc(x) for k, x in v.items()}
+    return lambda v: v
+
+
+def _relayer(stored: "StructType", target: "StructType") -> Any:
+    """Columns written under ``stored`` -> columns of ``target`` (by name; missing ones null)."""
+    pos = {n: i for i, n in enumerate(stored.names)}
+    plan = [(pos.get(f.name), _coercer(f.dataType)) for f in target.fields]
+    return lambda cols: tuple(None if i is None else c(cols[i]) for i, c in plan)
+
+
+def _tws_state_types(raw: "DataFrame") -> dict[str, int]:
+    """Layout 2: each state type tag found in the rows, with its number of keys."""
+    return {r[0]: r[1] for r in raw.groupBy(f"value.{SCHEMA_FIELD}").count().collect() if r[0] is not None}
+
+
 def _records(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | None) -> "DataFrame":
     """One row per stored key, whatever the engine: ``partition_id``, the key columns (under
     ``key``), the state's fields (under ``value``), its timeout and whether state exists."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
+    from ..types import parse_type_tag
+
     op = _sparkstate_operator(spark, checkpoint)
-    if op["engine"] == "tws":
-        raw = _variable(spark, checkpoint, op, STATE_VARIABLE, batch_id)
+    if op["engine"] == "tws" and op["layout"] == 1:
+        raw = _variable(spark, checkpoint, op, LEGACY_STATE_VARIABLE, batch_id)
         fields = [f for f in raw.schema["value"].dataType.names if f not in (EXISTS_COLUMN, TIMEOUT_COLUMN)]
         return raw.select(
             "partition_id", "key",
@@ -130,37 +184,86 @@ def _records(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int
             F.col(f"value.`{TIMEOUT_COLUMN}`").alias(INITIAL_TIMEOUT_COLUMN),
             F.col(f"value.`{EXISTS_COLUMN}`").alias(EXISTS_COLUMN),
         )
+
+    def schema_of(key_schema: Any, state_schema: Any) -> Any:
+        return StructType([
+            StructField("partition_id", IntegerType(), True),
+            StructField("key", key_schema, True),
+            StructField("value", state_schema, True),
+            StructField(INITIAL_TIMEOUT_COLUMN, LongType(), True),
+            StructField(EXISTS_COLUMN, BooleanType(), True),
+        ])
+
+    if op["engine"] == "tws":
+        raw = _variable(spark, checkpoint, op, STATE_VARIABLE, batch_id)
+        key_schema = raw.schema["key"].dataType
+        tags = _tws_state_types(raw)
+        target_tag = max(tags, key=lambda t: (tags[t], t)) if tags else "struct<>"
+        target = parse_type_tag(target_tag)
+        relayers = {t: _relayer(parse_type_tag(t), target) for t in tags if t != target_tag}
+
+        def decode_tws(row: Any) -> Any:
+            import pickle
+
+            part, key, (tag, blob, timeout) = row
+            cols = None
+            if blob is not None:
+                cols = pickle.loads(blob)
+                if tag != target_tag:
+                    cols = relayers[tag](cols)
+            return (part, tuple(key), cols, timeout, cols is not None)
+
+        rows = raw.select("partition_id", "key", F.struct(*[F.col(f"value.`{f}`") for f in
+                                                            (SCHEMA_FIELD, STATE_FIELD, TIMEOUT_FIELD)])).rdd.map(decode_tws)
+        return spark.createDataFrame(rows, schema_of(key_schema, target))
+
     dirs = _directories(spark, checkpoint, op, batch_id)
     key_schema, state_schema = _batched_schemas(dirs)
-    target = tuple(state_schema.names)
-    bucket_fields = {b: tuple(d.fields) for b, d in dirs.items()}
+    # every bucket's columns are fitted to the target: a leaf re-laid after a type change still
+    # holds the values of keys not called since (an int where the field is now a double)
+    bucket_relayers = {b: _relayer(StructType.fromJson(json.loads(d.state_schema)), state_schema)
+                       for b, d in dirs.items()}
+    default_fit = _relayer(state_schema, state_schema)
     single = len(key_schema.fields) == 1
 
     def decode(row: Any) -> Any:
         import pickle
 
-        stored = bucket_fields.get(row[0], target)
-        idx = None if stored == target else [stored.index(n) if n in stored else None for n in target]
+        fit = bucket_relayers.get(row[0], default_fit)
         for k, (cols, timeout, _h) in pickle.loads(row[1]).items():
-            if cols is not None and idx is not None:
-                cols = tuple(None if i is None else cols[i] for i in idx)
+            if cols is not None and fit is not None:
+                cols = fit(cols)
             keys = (k,) if single else tuple(k)
             yield (row[2], keys, cols, timeout, cols is not None)
 
     leaves = _variable(spark, checkpoint, op, LEAF_VARIABLE, batch_id).select(
         F.col("key").getField(BUCKET_COLUMN), "user_map_value.blob", "partition_id")
-    schema = StructType([
-        StructField("partition_id", IntegerType(), True),
-        StructField("key", key_schema, True),
-        StructField("value", state_schema, True),
-        StructField(INITIAL_TIMEOUT_COLUMN, LongType(), True),
-        StructField(EXISTS_COLUMN, BooleanType(), True),
-    ])
-    return spark.createDataFrame(leaves.rdd.flatMap(decode), schema)
+    return spark.createDataFrame(leaves.rdd.flatMap(decode), schema_of(key_schema, state_schema))
+
+
+def stored_schemas(spark: "SparkSession", checkpoint: str | os.PathLike) -> tuple["StructType", list["StructType"]]:
+    """The key schema and every state schema that stored rows were written with (meta columns
+    removed; more than one after a state type changed and not every key was written since)."""
+    from pyspark.sql.types import StructType
+
+    from ..types import parse_type_tag
+
+    op = _sparkstate_operator(spark, checkpoint)
+    if op["engine"] == "batched":
+        dirs = _directories(spark, checkpoint, op, None)
+        key, _ = _batched_schemas(dirs)
+        seen = dict.fromkeys(d.state_schema for d in dirs.values())
+        return key, [StructType.fromJson(json.loads(j)) for j in seen]
+    if op["layout"] == 2:
+        raw = _variable(spark, checkpoint, op, STATE_VARIABLE, None)
+        return raw.schema["key"].dataType, [parse_type_tag(t) for t in sorted(_tws_state_types(raw))]
+    schema = _records(spark, checkpoint, None).schema
+    return schema["key"].dataType, [schema["value"].dataType]
 
 
 def stored_schema(spark: "SparkSession", checkpoint: str | os.PathLike) -> tuple["StructType", "StructType"]:
-    """The (key, state) schemas the checkpoint's state was written with (meta columns removed)."""
+    """The (key, state) schemas the checkpoint's state was written with (meta columns removed;
+    after a state type change, the one most keys hold)."""
     op = _sparkstate_operator(spark, checkpoint)
     if op["engine"] == "batched":
         return _batched_schemas(_directories(spark, checkpoint, op, None))

@@ -1,0 +1,121 @@
+"""sparkstate operators and Spark's own stateful operators in one query, on the session defaults,
+each query restarted once from its checkpoint; rows inside a micro-batch in shuffled order."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql import functions as F
+
+import sparkstate as ss
+from tests.conftest import ENCODING_KEY
+from tests.streams import LandingDir, StreamRun
+
+ENGINES = ["tws", "batched"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return request.param
+
+
+def test_session_defaults_leave_spark_encoding_alone(spark):
+    assert ENCODING_KEY not in ss.session.default_config()
+    assert spark.conf.get(ENCODING_KEY, "unsaferow") == "unsaferow"
+
+
+def _count_rows(key, rows, state):
+    n = (state.getOption or 0) + sum(1 for _ in rows)
+    state.update(n)
+    return (key, n)
+
+
+def test_operator_after_drop_duplicates_within_watermark(spark, tmp_path, engine):
+    # each click is sent twice, the copy one or two files later (well inside the 10-minute delay)
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    clicks = [{"user": f"u{i % 5}", "id": f"c{i}", "t": t0 + i} for i in range(60)]
+    files: list[list] = [[] for _ in range(8)]
+    for i, c in enumerate(clicks):
+        files[i // 10].append(c)
+        files[i // 10 + 1 + i % 2].append(dict(c))
+    rng = random.Random(5)
+    for f in files:
+        rng.shuffle(f)
+    land = LandingDir(tmp_path / "in")
+
+    def query():
+        src = (land.stream(spark, "user string, id string, t double")
+               .withColumn("ts", F.col("t").cast("timestamp")).withWatermark("ts", "10 minutes")
+               .dropDuplicatesWithinWatermark(["id"]))
+        return ss.map_groups_with_state(src, key="user", func=_count_rows, state_type=int,
+                                        output_type="user string, n long", engine=engine)
+
+    last: dict = {}
+    ck = tmp_path / "ck"
+    for half, already in ((files[:4], 0), (files[4:], sum(len(f) for f in files[:4]))):
+        with StreamRun(spark, query(), ck, landing=land, already_read=already) as run:
+            for f in half:
+                land.add(f)
+                run.wait_input()
+            for r in run.rows:
+                last[r.user] = max(last.get(r.user, 0), r.n)
+    assert last == dict(Counter(c["user"] for c in clicks))  # every click once: 12 per user
+
+
+def test_stream_static_join_feeds_an_operator(spark, tmp_path, engine):
+    countries = spark.createDataFrame([(f"u{i}", "fr" if i % 3 else "de") for i in range(9)], "user string, country string")
+    rng = random.Random(7)
+    files = [[{"user": f"u{rng.randrange(10)}", "page": f"p{j}"} for j in range(25)] for _ in range(4)]
+    land = LandingDir(tmp_path / "in")
+
+    def query():
+        clicks = land.stream(spark, "user string, page string").join(countries, "user")  # u9: no country
+        return ss.map_groups_with_state(clicks, key="country", func=_count_rows, state_type=int,
+                                        output_type="country string, n long", engine=engine)
+
+    last: dict = {}
+    ck = tmp_path / "ck"
+    for half, already in ((files[:2], 0), (files[2:], 50)):
+        with StreamRun(spark, query(), ck, landing=land, already_read=already) as run:
+            for f in half:
+                land.add(f)
+                run.wait_input()
+            for r in run.rows:
+                last[r.country] = max(last.get(r.country, 0), r.n)
+    country = {f"u{i}": "fr" if i % 3 else "de" for i in range(9)}
+    want = Counter(country[c["user"]] for f in files for c in f if c["user"] in country)
+    assert last == dict(want) and sum(want.values()) < 100  # u9 had clicks, and no country
+
+
+def test_other_streaming_aggregations_in_the_session_keep_working(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    land.add([{"user": "a"}, {"user": "b"}, {"user": "a"}])
+    ours = ss.map_groups_with_state(land.stream(spark, "user string"), key="user", func=_count_rows,
+                                    state_type=int, output_type="user string, n long")
+    theirs = land.stream(spark, "user string").groupBy("user").count()
+    with StreamRun(spark, ours, tmp_path / "ck1", landing=land) as r1, \
+            StreamRun(spark, theirs, tmp_path / "ck2", landing=land, output_mode="complete") as r2:
+        r1.wait_input()
+        r2.wait_input()
+        r2.wait_for(lambda _: bool(r2.batches)
+                    and sorted((r.user, r["count"]) for r in r2.batches[-1]) == [("a", 2), ("b", 1)])
+        assert sorted(tuple(r) for r in r1.rows) == [("a", 2), ("b", 1)]
+
+
+def test_event_time_column_is_checked_when_defined(spark, tmp_path):
+    land = LandingDir(tmp_path / "in")
+    src = land.stream(spark, "user string, t timestamp")
+
+    def define(df, column, output="user string, t timestamp, n long"):
+        return ss.map_groups_with_state(df, key="user", func=_count_rows, state_type=int, output_type=output,
+                                        event_time_column=column)
+
+    with pytest.raises(ss.ConfigError, match="event_time_column 'nope' is not an output column"):
+        define(src.withWatermark("t", "1 minute"), "nope")
+    with pytest.raises(ss.ConfigError, match="event_time_column 'n' must be a timestamp column, it is bigint"):
+        define(src.withWatermark("t", "1 minute"), "n")
+    with pytest.raises(ss.ConfigError, match="the input has none"):
+        define(src, "t")
