@@ -66,7 +66,8 @@ def _engine(cfg: JobConfig) -> str:
 
 
 def _timed_out() -> list["Column"]:
-    return [F.sum(F.when(F.col("closed_by") == "timeout", 1).otherwise(0)).alias("timed_out")]
+    # count, not sum: a batch without output rows observes 0, not null
+    return [F.count(F.when(F.col("closed_by") == "timeout", 1)).alias("timed_out")]
 
 
 INITIAL_STATE_SCHEMA = f"user_id string, {PAGES_COLUMN} array<string>"
