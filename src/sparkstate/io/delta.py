@@ -33,6 +33,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, SinkError
+from .batch_query import batch_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -77,11 +78,7 @@ class DeltaBatchWriter:
     def _app_id(self, batch_df: "DataFrame") -> str:
         if self.app_id is not None:
             return self.app_id
-        query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        if not query_id:
-            raise SinkError(f"delta:{self.path}: no streaming query id (called outside foreachBatch);"
-                            " pass app_id= to DeltaBatchWriter")
-        return f"sparkstate:{query_id}"
+        return f"sparkstate:{batch_query_id(batch_df, f'delta:{self.path}', 'app_id= to DeltaBatchWriter')}"
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
         """Append one micro-batch, or skip it if the table's transaction for this stream already has it."""

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import ConfigError, SinkError
+from .batch_query import batch_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -402,10 +403,7 @@ class PostgresBatchWriter:
     def _sink_id(self, batch_df: "DataFrame") -> str:
         if self.sink_id is not None:
             return self.sink_id
-        query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-        if not query_id:
-            raise SinkError(f"postgres sink {self.target.display}: no streaming query id (the writer was called"
-                            " outside foreachBatch); pass sink_id= to PostgresBatchWriter")
+        query_id = batch_query_id(batch_df, f"postgres sink {self.target.display}", "sink_id= to PostgresBatchWriter")
         return f"{self.target.table}@{query_id}"
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
