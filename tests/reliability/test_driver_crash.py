@@ -160,28 +160,35 @@ def test_parquet_sink_survives_driver_kills(spark, tmp_path, clicks, engine):
         assert orphans > 0
 
 
-@pytest.mark.timeout(CRASH_TEST_TIMEOUT_S)
-@pytest.mark.parametrize("engine", POSTGRES_ENGINES)
-def test_postgres_sink_survives_driver_kills(spark, tmp_path, clicks, engine, postgres_server):
-    started = time.monotonic()
-    source, records = clicks
-    table = f"crash_sessions_{engine or 'default'}"
+def _postgres_crash_run(spark, tmp_path, postgres_server, source: str, records, table: str, engine: str | None,
+                        sink_name: str, run_timeout_s: float = RUN_TIMEOUT_S):
+    """The kill plan for a job from ``source`` into the postgres ``table`` (dead letters as Parquet),
+    then the rows written, the dead letters and :func:`_compare`'s figures."""
     postgres_server.execute(f"DROP TABLE IF EXISTS {table}")
     probe = PostgresProbe(postgres_server.connect, table)
     dead_dir = tmp_path / "dead"
     job = _job(tmp_path, source, f"postgres:{postgres_server.url_without_password}/{table}", probe, engine,
                deadletter=f"parquet:{dead_dir}", env={"PGPASSWORD": postgres_server.password})
     try:
-        kills = _crash_and_restart(job, "postgres", ESSENTIAL)
+        kills = _crash_and_restart(job, sink_name, ESSENTIAL, run_timeout_s=run_timeout_s)
     finally:
         probe.close()
-
     rows = postgres_server.query(
         f"SELECT user_id, session_start, session_end, event_count, events, closed_by FROM {table}")
     names = ("user_id", "session_start", "session_end", "event_count", "events", "closed_by")
     written = [Session.from_row(dict(zip(names, r))) for r in rows]
-    dead_raw = [r.raw for r in spark.read.parquet(str(dead_dir)).collect()]
-    figures = _compare(job, records, written, dead_raw, kills)
+    dead = spark.read.parquet(str(dead_dir)).collect()
+    return rows, dead, _compare(job, records, written, [r.raw for r in dead], kills)
+
+
+@pytest.mark.timeout(CRASH_TEST_TIMEOUT_S)
+@pytest.mark.parametrize("engine", POSTGRES_ENGINES)
+def test_postgres_sink_survives_driver_kills(spark, tmp_path, clicks, engine, postgres_server):
+    started = time.monotonic()
+    source, records = clicks
+    table = f"crash_sessions_{engine or 'default'}"
+    rows, _, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records, table, engine,
+                                           "postgres")
     batches = postgres_server.query(
         "SELECT count(*), coalesce(sum(row_count), 0) FROM sparkstate_sink_batches WHERE sink_id LIKE %s",
         (f"{table}@%",))[0]
@@ -205,22 +212,9 @@ def kafka_clicks(kafka_broker):
 def test_kafka_source_into_postgres_survives_driver_kills(spark, tmp_path, kafka_clicks, postgres_server):
     """The Kafka source's offsets in the checkpoint + the postgres sink's batch ids: exactly once."""
     source, records = kafka_clicks
-    table = "crash_kafka_sessions"
-    postgres_server.execute(f"DROP TABLE IF EXISTS {table}")
-    probe = PostgresProbe(postgres_server.connect, table)
-    dead_dir = tmp_path / "dead"
-    job = _job(tmp_path, source, f"postgres:{postgres_server.url_without_password}/{table}", probe, None,
-               deadletter=f"parquet:{dead_dir}", env={"PGPASSWORD": postgres_server.password})
-    try:
-        kills = _crash_and_restart(job, "kafka-postgres", ESSENTIAL, run_timeout_s=KAFKA_RUN_TIMEOUT_S)
-    finally:
-        probe.close()
-    rows = postgres_server.query(
-        f"SELECT user_id, session_start, session_end, event_count, events, closed_by FROM {table}")
-    names = ("user_id", "session_start", "session_end", "event_count", "events", "closed_by")
-    written = [Session.from_row(dict(zip(names, r))) for r in rows]
-    dead = spark.read.parquet(str(dead_dir)).collect()
-    figures = _compare(job, records, written, [r.raw for r in dead], kills)
+    _, dead, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records,
+                                           "crash_kafka_sessions", None, "kafka-postgres",
+                                           run_timeout_s=KAFKA_RUN_TIMEOUT_S)
     topic = source.rpartition("/")[2]
     assert all(r.source.startswith(f"kafka:{topic}/0@") for r in dead)  # where each came from
     assert figures["sessions_expected"] > 100
