@@ -169,7 +169,8 @@ def _build(
         streaming=df.isStreaming,
         initial_has_timeout=init_timeout,
         initial_idle_timeout_ms=initial_idle_timeout_ms,
-        event_time_column=event_time_column,
+        # A static input has no watermark to carry on (Spark refuses the column there).
+        event_time_column=event_time_column if df.isStreaming else None,
     )
     ship_user_modules()  # the user's modules that are not installed travel with the query
     return get_engine(engine).apply(df, plan, init_df)
