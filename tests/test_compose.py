@@ -183,3 +183,21 @@ def test_sessions_counted_per_hour_of_their_end_in_one_query(spark, tmp_path, en
     # session ending in it was not final yet, and that session was counted in its hour
     assert any(_hour(s.session_end) + HOUR_MS <= wm <= _ms(s.session_end) + gap_ms
                for s in sessions if _hour(s.session_end) in hours for wm in wms)
+
+
+def test_session_windows_are_checked_when_defined(spark, tmp_path):
+    clicks = LandingDir(tmp_path / "in").stream(spark, EVENT_SCHEMA)
+    sessionize = ss.pipelines.sessionize
+    with pytest.raises(ss.ConfigError, match="event_time_column .* needs time_mode='event'"):
+        sessionize(clicks, time_mode="processing", event_time_column="final_time")
+    with pytest.raises(ss.ConfigError, match="'session_end' is not a free name"):
+        sessionize(clicks, event_time_column="session_end")
+    with pytest.raises(ss.ConfigError, match=r"no session event-time column; build it with sessionize\(\.\.\., event_time_column="):
+        ss.pipelines.sessions_per_window(sessionize(clicks), "1 hour")
+    sessions = sessionize(clicks, event_time_column="final_time")
+    with pytest.raises(ss.ConfigError, match="slide .* must not be longer than window"):
+        ss.pipelines.sessions_per_window(sessions, "1 hour", slide="2 hours")
+    with pytest.raises(ss.ConfigError, match="by column 'country' is not in the input"):
+        ss.pipelines.sessions_per_window(sessions, "1 hour", by="country")
+    hourly = ss.pipelines.sessions_per_window(sessions, "1 hour", slide="30 minutes", by="user_id")
+    assert hourly.isStreaming and hourly.columns == ["window", "user_id", "sessions"]
