@@ -201,3 +201,46 @@ def test_session_windows_are_checked_when_defined(spark, tmp_path):
         ss.pipelines.sessions_per_window(sessions, "1 hour", by="country")
     hourly = ss.pipelines.sessions_per_window(sessions, "1 hour", slide="30 minutes", by="user_id")
     assert hourly.isStreaming and hourly.columns == ["window", "user_id", "sessions"]
+
+
+def test_stream_stream_join_feeds_an_operator(spark, tmp_path):
+    """Clicks joined with their ad's impression (within 10 minutes after it), counted per user by
+    an operator, in one append-mode query restarted once; a click may arrive before its impression.
+    On the operators' default engine only (the join's output reaches both engines as any input does)."""
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()
+    rng = random.Random(9)
+    imps = [{"ad": f"a{i}", "it": t0 + 180 * i} for i in range(12)]
+    clicks = [{"user": f"u{rng.randrange(4)}", "ad": f"a{i}", "t": t0 + 180 * i + rng.choice([0, 120, 600, 601, 900])}
+              for i in range(12) for _ in range(3)]
+    imp_files = [imps[0:4], imps[4:8], imps[8:10], imps[10:12]]
+    click_files = [[c for c in clicks if int(c["ad"][1:]) < 2],       # a2, a3: clicks a file after their impressions
+                   [c for c in clicks if 2 <= int(c["ad"][1:]) < 9],  # a8: clicks a file before the impression
+                   [c for c in clicks if 9 <= int(c["ad"][1:]) < 11],
+                   [c for c in clicks if int(c["ad"][1:]) >= 11]]
+    for f in click_files:
+        rng.shuffle(f)
+    imp_land, click_land = Landing(tmp_path / "imps"), Landing(tmp_path / "clicks")
+
+    def query():
+        i = (imp_land.stream(spark, "ad string, it double").withColumn("it", F.col("it").cast("timestamp"))
+             .withWatermark("it", "1 hour"))
+        c = (click_land.stream(spark, "user string, ad string, t double").withColumn("t", F.col("t").cast("timestamp"))
+             .withWatermark("t", "1 hour").withColumnRenamed("ad", "click_ad"))
+        joined = c.join(i, F.expr("click_ad = ad AND t >= it AND t <= it + INTERVAL 10 MINUTES"))
+        return ss.map_groups_with_state(joined.select("user", "t"), key="user", func=_count_rows, state_type=int,
+                                        output_type="user string, n long", output_mode="append")
+
+    last: dict = {}
+    for files in ((0, 1), (2, 3)):
+        for k in files:
+            imp_land.add(imp_files[k])
+            click_land.add(click_files[k])
+        q = (query().writeStream.outputMode("append").option("checkpointLocation", str(tmp_path / "ck"))
+             .foreachBatch(lambda df, _: [last.__setitem__(r.user, max(last.get(r.user, 0), r.n)) for r in df.collect()])
+             .start())
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+    want = Counter(c["user"] for c in clicks if c["t"] - imps[int(c["ad"][1:])]["it"] <= 600)
+    assert last == dict(want) and 0 < sum(want.values()) < len(clicks)
