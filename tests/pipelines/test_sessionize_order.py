@@ -219,6 +219,16 @@ def test_the_event_time_column_needs_its_one_millisecond():
     assert _final_times(batches, wms)[0] == (_ms(at(60)) + 1, _ms(at(60)))
 
 
+def test_a_refused_row_has_no_event_time_column_value():
+    """late='emit': a refused row comes out with the column null (no session, nothing to window)."""
+    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True, time_column=True)
+    h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
+    h.run_batch({"u": [("u", at(10), "a", False, None, None)]}, watermark=0)
+    out = h.run_batch({"u": [("u", at(5), "late", False, None, None)]}, watermark=_ms(at(100)))
+    assert [(r[6], r[7][0].split(":")[0]) for r in out if r[7] is not None] == [(None, "late")]
+    assert [(r[6], r[7]) for r in out if r[7] is None] == [(at(10 + 60) + timedelta(milliseconds=1), None)]
+
+
 def test_an_ordered_stream_with_emit_on_last_emits_flags_at_once():
     events = generate_events(120, users=3, seed=8, last_share=0.5)
     batches = [events[i:i + 10] for i in range(0, len(events), 10)]
