@@ -192,7 +192,8 @@ def test_session_windows_are_checked_when_defined(spark, tmp_path):
         sessionize(clicks, time_mode="processing", event_time_column="final_time")
     with pytest.raises(ss.ConfigError, match="'session_end' is not a free name"):
         sessionize(clicks, event_time_column="session_end")
-    with pytest.raises(ss.ConfigError, match=r"no session event-time column; build it with sessionize\(\.\.\., event_time_column="):
+    with pytest.raises(ss.ConfigError,
+                       match=r"no session event-time column; build it with sessionize\(\.\.\., event_time_column="):
         ss.pipelines.sessions_per_window(sessionize(clicks), "1 hour")
     sessions = sessionize(clicks, event_time_column="final_time")
     with pytest.raises(ss.ConfigError, match="slide .* must not be longer than window"):
@@ -231,13 +232,17 @@ def test_stream_stream_join_feeds_an_operator(spark, tmp_path):
                                         output_type="user string, n long", output_mode="append")
 
     last: dict = {}
+
+    def keep(df, _):
+        for r in df.collect():
+            last[r.user] = max(last.get(r.user, 0), r.n)
+
     for files in ((0, 1), (2, 3)):
         for k in files:
             imp_land.add(imp_files[k])
             click_land.add(click_files[k])
         q = (query().writeStream.outputMode("append").option("checkpointLocation", str(tmp_path / "ck"))
-             .foreachBatch(lambda df, _: [last.__setitem__(r.user, max(last.get(r.user, 0), r.n)) for r in df.collect()])
-             .start())
+             .foreachBatch(keep).start())
         try:
             q.processAllAvailable()
         finally:
