@@ -169,7 +169,8 @@ def _build(
         streaming=df.isStreaming,
         initial_has_timeout=init_timeout,
         initial_idle_timeout_ms=initial_idle_timeout_ms,
-        event_time_column=event_time_column,
+        # A static input has no watermark to carry on (Spark refuses the column there).
+        event_time_column=event_time_column if df.isStreaming else None,
     )
     ship_user_modules()  # the user's modules that are not installed travel with the query
     return get_engine(engine).apply(df, plan, init_df)
@@ -221,9 +222,10 @@ def map_groups_with_state(
     ``event_time_column``: a timestamp column of the output that carries event time onward
     (the input must have a watermark): Spark then gives the output a watermark, so a windowed
     aggregation or a stream-stream join in append mode may follow in the same query. Spark
-    requires every output row's value there to be at or after the micro-batch's watermark and
-    fails the query otherwise (``EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED``): a session
-    closed by its timeout ends before the watermark, so ``session_end`` cannot be that column.
+    requires every output row's value there to be later than the previous micro-batch's
+    watermark and fails the query otherwise (``EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED``):
+    a session closed by its timeout ends before the watermark, so ``session_end`` cannot be that
+    column (``sessionize(event_time_column=...)`` adds one that can). Ignored on a static input.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()

@@ -178,6 +178,57 @@ def test_the_orders_exercise_what_they_should():
     assert seen_bridge
 
 
+def _final_times(batches: list[list[Event]], wms: list[int], emit_on_last: bool = False) -> list[tuple[int, int]]:
+    """Run ``batches`` (then the no-data batch) with ``event_time_column``: per output row, its
+    column's time (epoch ms) and the watermark of the batch before the one that emitted it."""
+    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit_on_last=emit_on_last,
+                        time_column=True)
+    h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
+    out, previous = [], 0
+    for batch, wm in zip([*batches, []], wms):
+        by_key: dict[str, list] = {}
+        for e in batch:
+            by_key.setdefault(e.user_id, []).append((e.user_id, e.event_time, e.data, e.is_last))
+        for row in h.run_batch(by_key, watermark=wm):
+            assert _ms(row[6]) == _ms(row[2]) + GAP_MS + 1  # session_end + gap + 1 ms
+            out.append((_ms(row[6]), previous))
+        previous = wm
+    return out
+
+
+@pytest.mark.parametrize("emit_on_last", [False, True])
+def test_the_event_time_column_is_after_the_previous_watermark(emit_on_last):
+    """What Spark checks of the operator's event-time column (else it fails the query with
+    EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED): every row a micro-batch emits is after the
+    watermark of the batch before; in every order within the watermark."""
+    events = generate_events(90, users=4, seed=5, last_share=0.4) + crafted()
+    for seed in range(80):
+        rng = random.Random(seed)
+        delay_ms = rng.choice([10_000, 45_000, 200_000])
+        batches = disordered(events, delay_ms, rng, batches=rng.randint(1, 25))
+        rows = _final_times(batches, watermarks(batches, delay_ms), emit_on_last)
+        assert len(rows) > 20 and all(t > previous for t, previous in rows), f"order seed {seed}"
+
+
+def test_the_event_time_column_needs_its_one_millisecond():
+    """A session open at the previous watermark W with end + gap == W (an event at W + 0.5 ms
+    could still join it) is final in the next batch: its column, end + gap + 1 ms, is W + 1 ms."""
+    batches = [[Event("u", at(0), "a")], [Event("v", at(75), "b")], [Event("v", at(76), "c")]]
+    wms = watermarks(batches, 15_000)
+    assert wms[2] == _ms(at(60))  # = u's end + gap: not final yet
+    assert _final_times(batches, wms)[0] == (_ms(at(60)) + 1, _ms(at(60)))
+
+
+def test_a_refused_row_has_no_event_time_column_value():
+    """late='emit': a refused row comes out with the column null (no session, nothing to window)."""
+    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True, time_column=True)
+    h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
+    h.run_batch({"u": [("u", at(10), "a", False, None, None)]}, watermark=0)
+    out = h.run_batch({"u": [("u", at(5), "late", False, None, None)]}, watermark=_ms(at(100)))
+    assert [(r[6], r[7][0].split(":")[0]) for r in out if r[7] is not None] == [(None, "late")]
+    assert [(r[6], r[7]) for r in out if r[7] is None] == [(at(10 + 60) + timedelta(milliseconds=1), None)]
+
+
 def test_an_ordered_stream_with_emit_on_last_emits_flags_at_once():
     events = generate_events(120, users=3, seed=8, last_share=0.5)
     batches = [events[i:i + 10] for i in range(0, len(events), 10)]

@@ -10,7 +10,8 @@ True
 
 from .first_last_activity import first_last_activity
 from .running_count import running_count
+from .session_windows import sessions_per_window
 from .sessionize import sessionize
 from .visited_pages import visited_pages
 
-__all__ = ["first_last_activity", "running_count", "sessionize", "visited_pages"]
+__all__ = ["first_last_activity", "running_count", "sessions_per_window", "sessionize", "visited_pages"]

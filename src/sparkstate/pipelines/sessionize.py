@@ -46,6 +46,8 @@ _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
 _WATERMARK = "_sparkstate_watermark"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Metadata of sessionize's ``event_time_column``: how far (ms) it lies after ``session_end``.
+END_OFFSET_KEY = "sparkstate.sessionEndOffsetMs"
 
 
 def iso_ms(t: datetime | int) -> str:
@@ -156,7 +158,8 @@ class _Sessionizer:
     """
 
     def __init__(self, gap_ms: int, time_mode: TimeMode, streaming: bool, has_timestamp: bool,
-                 emit: bool = False, n_carry: int = 0, emit_on_last: bool = False) -> None:
+                 emit: bool = False, n_carry: int = 0, emit_on_last: bool = False,
+                 time_column: bool = False) -> None:
         self.gap_ms = gap_ms
         self.time_mode = time_mode
         self.streaming = streaming
@@ -164,6 +167,7 @@ class _Sessionizer:
         self.emit = emit
         self.n_carry = n_carry
         self.emit_on_last = emit_on_last
+        self.time_column = time_column
         self.__name__ = "sessionize"
 
     def _row(self, key: Any, s: OpenSession, closed_by: str) -> tuple:
@@ -174,11 +178,18 @@ class _Sessionizer:
 
     def _session_row(self, key: Any, times: list[int], data: list, closed: bool) -> tuple:
         row = (key, utc(times[0]), utc(times[-1]), len(data), data, "last_event" if closed else "timeout")
+        if self.time_column:
+            # end + gap + 1 ms is after the previous micro-batch's watermark W, as Spark requires of
+            # an event-time column: a session is emitted in the first batch where it is final, so
+            # either its last event was read in this batch (then it is not behind W), or it was
+            # open after the previous batch, whose timers fired every session final at W: then
+            # end + gap >= W (closed by the gap) or end > W (closed by a flag).
+            row += (utc(times[-1] + self.gap_ms + 1),)
         return row + (None,) if self.emit else row
 
     def _rejected(self, key: Any, r: Any, reason: str) -> tuple:
         record = (reason, r[1], r[2], bool(r[3])) + tuple(r[5: 5 + self.n_carry])
-        return (key, None, None, None, None, None, record)
+        return (key, None, None, None, None, None) + ((None,) if self.time_column else ()) + (record,)
 
     def _refused(self, r: Any, watermark_ms: int) -> str | None:
         """Why a row cannot join a session (``late="emit"``), or ``None``."""
@@ -337,6 +348,7 @@ def sessionize(
     checkpoint: str | os.PathLike | None = None,
     emit_on_last: bool = False,
     initial_state: DataFrame | None = None,
+    event_time_column: str | None = None,
 ) -> DataFrame:
     """One row per finished session of each ``key``: ``key, session_start, session_end,
     event_count, events, closed_by``.
@@ -401,6 +413,14 @@ def sessionize(
     that session reads back without its events' times, which are then spread evenly between
     its start and end.
 
+    ``event_time_column`` (event time, streaming): the name of one more output column,
+    ``session_end`` + ``gap`` + 1 ms, that carries event time to the stateful operators after
+    sessionize in the same query (a windowed aggregation or a stream-stream join in append
+    mode). Spark refuses a row whose event time is not after the previous micro-batch's
+    watermark; a final session's ``session_end`` may be, this column never is, and it keeps a
+    fixed distance to ``session_end``. :func:`sessions_per_window` aggregates sessions per
+    window of their ``session_end`` on it (sessions per hour, in one query).
+
     ``initial_state``: the open sessions to start from, as :func:`sparkstate.state.export`
     writes them from another query's checkpoint (key, :class:`OpenSession` fields, ``timeout_ms``).
 
@@ -437,6 +457,16 @@ def sessionize(
     if emit_on_last and mode != "event":
         raise ConfigError("sessionize: emit_on_last applies to time_mode='event' (processing time always emits a"
                           " session at its flagged event)")
+    if event_time_column is not None:
+        if mode != "event":
+            raise ConfigError("sessionize: event_time_column carries event time to the operators after sessionize;"
+                              " it needs time_mode='event'")
+        taken_out = {key, "session_start", "session_end", "event_count", "events", "closed_by"}
+        if late == "emit":
+            taken_out.add(REJECTED)
+        if not isinstance(event_time_column, str) or not event_time_column or event_time_column in taken_out:
+            raise ConfigError(f"sessionize: event_time_column names a new output column; {event_time_column!r} is"
+                              f" not a free name (the output has {', '.join(sorted(taken_out))})")
     if timestamp is None:
         if mode == "event":
             raise ConfigError("sessionize: time_mode='event' needs a timestamp column; pass timestamp=<column name>")
@@ -524,11 +554,14 @@ def sessionize(
                   StructField(last_flag or "is_last", BooleanType(), True)]
         record += [StructField(c, events.schema[c].dataType, True) for c in carry]
         fields.append(StructField(REJECTED, StructType(record), True))
+    if event_time_column is not None:
+        fields.insert(6, StructField(event_time_column, TimestampType(), True,
+                                     metadata={END_OFFSET_KEY: gap_ms + 1}))
     return flat_map_groups_with_state(
         df,
         key=key,
         func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
-                          bool(emit_on_last)),
+                          bool(emit_on_last), event_time_column is not None),
         state_type=OpenSession,
         output_type=StructType(fields),
         timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
@@ -536,6 +569,7 @@ def sessionize(
         output_mode="append",
         engine=engine,
         checkpoint=checkpoint,
+        event_time_column=event_time_column,
     )
 
 
