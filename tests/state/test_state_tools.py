@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import sparkstate as ss
-from sparkstate.engines.batched import BatchedEngine
+from sparkstate.engines import BatchedEngine
 from tests.conftest import checkpoint_encoding
 from tests.streams import LandingDir, StreamRun
 

@@ -1,0 +1,202 @@
+"""The batched engine: many keys per Python call, no per-key round trip to the JVM.
+
+The input is hashed into buckets and packed before the shuffle (:func:`_packer`);
+``transformWithStateInPandas`` grouped by bucket runs :mod:`.processor` once per bucket with
+input or a due timer; state is kept in the layout of :mod:`.layout`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any, Iterator
+
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+
+from ...errors import ConfigError, StateSchemaError
+from ...group_state import initial_timeout
+from .._calls import time_mode
+from ..base import INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, has_watermark, initial_key_column
+from . import layout
+from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
+from .processor import _Processor
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+LEAF_COLUMN = "_sparkstate_leaf"
+BLOB_COLUMN = "_sparkstate_blob"
+
+PACKED_SCHEMA = StructType([StructField(BUCKET_COLUMN, IntegerType(), True),
+                            StructField(BLOB_COLUMN, BinaryType(), True)])
+_PACK_ROWS = 1 << 16
+_PACK_BYTES = 1 << 28  # a blob column's offsets are 32-bit: stay far below 2 GiB
+
+
+def _packer(bucket_pos: int) -> Any:
+    """The ``mapInArrow`` function run before the shuffle: it cuts each partition's rows by
+    bucket into Arrow IPC blobs, one row ``(bucket, blob)`` per bucket and up to 64K input rows
+    (or 256 MB).
+
+    PySpark feeds transformWithStateInPandas row by row (a pandas ``itertuples`` and a
+    DataFrame rebuilt per group); packed, it sees a few rows per bucket, and the Spark side
+    shuffles and sorts a few rows instead of every event. The blob holds the input's columns
+    and the key hash, in Spark's own Arrow types, so nothing is lost on the way.
+    """
+
+    def pack(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        def cut(chunk: list) -> Iterator[Any]:
+            table = pa.Table.from_batches(chunk).combine_chunks()
+            table = table.take(pc.sort_indices(table.column(bucket_pos)))
+            buckets = table.column(bucket_pos).to_numpy()
+            body = table.select(range(bucket_pos))
+            # every bucket's slice as its own IPC stream, back to back in one buffer: the blob
+            # column is that buffer with the streams' offsets (no copy per blob)
+            sink = pa.BufferOutputStream()
+            out_b, offsets = [], [0]
+            start, n = 0, len(buckets)
+            while start < n:
+                b = buckets[start]
+                end = int(buckets.searchsorted(b, "right"))
+                with pa.ipc.new_stream(sink, body.schema) as w:
+                    w.write_table(body.slice(start, end - start))
+                out_b.append(int(b))
+                offsets.append(sink.tell())
+                start = end
+                if offsets[-1] >= _PACK_BYTES or start == n:
+                    blobs = pa.Array.from_buffers(
+                        pa.binary(), len(out_b), [None, pa.py_buffer(np.array(offsets, np.int32)), sink.getvalue()])
+                    yield pa.RecordBatch.from_arrays([pa.array(out_b, pa.int32()), blobs],
+                                                     names=[BUCKET_COLUMN, BLOB_COLUMN])
+                    sink, out_b, offsets = pa.BufferOutputStream(), [], [0]
+
+        chunk: list = []
+        rows = size = 0
+        for batch in batches:
+            if batch.num_rows:
+                chunk.append(batch)
+                rows += batch.num_rows
+                size += batch.nbytes
+            if rows >= _PACK_ROWS or size >= _PACK_BYTES:
+                yield from cut(chunk)
+                chunk, rows, size = [], 0, 0
+        if chunk:
+            yield from cut(chunk)
+
+    return pack
+
+
+def _initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_rows: int) -> "DataFrame":
+    """Group an initial-state DataFrame (engine layout) into whole leaves, one row per leaf."""
+    from pyspark.sql import functions as F
+
+    n_keys = len(plan.key_columns)
+    key_cols = [initial_key_column(i) for i in range(n_keys)]
+    h = F.xxhash64(*[F.col(c) for c in key_cols])
+    with_hash = initial.select("*", F.pmod(h, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN), h.alias(HASH_COLUMN))
+    fields = list(plan.state_codec.fields)
+    has_timeout = plan.initial_has_timeout
+    conf = plan.timeout
+    operator = plan.operator
+    single = n_keys == 1
+
+    def build(table: Any) -> Any:
+        import pyarrow as pa
+
+        codec = plan.state_codec  # the plan, not the codec, is captured: it reaches the worker guarded
+        rows = table.to_pylist()
+        entries: dict = {}
+        bucket = None
+        for r in rows:
+            bucket = r[BUCKET_COLUMN]
+            k = r[key_cols[0]] if single else tuple(r[c] for c in key_cols)
+            value = codec.decode_columns(tuple(r[f] for f in fields))
+            try:
+                cols = codec.encode_columns(value)
+            except Exception as exc:
+                raise StateSchemaError(f"{operator}: the initial state of key {k!r} cannot be stored: {exc}") from None
+            t = initial_timeout(conf, r.get(INITIAL_TIMEOUT_COLUMN) if has_timeout else None, None, 0)
+            entries[k] = [cols, t, r[HASH_COLUMN]]
+        leaves = build_leaves(entries, leaf_rows)
+        out_b, out_l, out_blob = [], [], []
+        for lid, ents in leaves.items():  # empty leaves too: together they cover the bucket
+            out_b.append(bucket)
+            out_l.append(lid)
+            out_blob.append(pickle.dumps(ents, PICKLE_PROTOCOL))
+        return pa.table({BUCKET_COLUMN: pa.array(out_b, pa.int32()), LEAF_COLUMN: pa.array(out_l, pa.int64()),
+                         BLOB_COLUMN: pa.array(out_blob, pa.binary())})
+
+    schema = StructType([
+        StructField(BUCKET_COLUMN, IntegerType(), True),
+        StructField(LEAF_COLUMN, LongType(), True),
+        StructField(BLOB_COLUMN, BinaryType(), True),
+    ])
+    return with_hash.groupBy(BUCKET_COLUMN).applyInArrow(build, schema)
+
+
+class BatchedEngine(Engine):
+    """Runs a plan with ``transformWithStateInPandas`` grouped by hash bucket (see module doc).
+
+    ``buckets``: how many groups keys are hashed into (fixed for the life of a checkpoint);
+    ``leaf_rows``: the most keys a leaf holds before it splits; ``pack``: cut the input into
+    per-bucket Arrow blobs before the shuffle (faster batches, one more Python worker per core
+    for the packing step; an input with an event-time watermark column is never packed).
+    """
+
+    name = layout.ENGINE
+
+    def __init__(self, buckets: int = 64, leaf_rows: int = 64, pack: bool = True) -> None:
+        if int(buckets) < 1 or int(leaf_rows) < 1:
+            raise ConfigError(f"batched engine: buckets and leaf_rows must be 1 or more, got {buckets}, {leaf_rows}")
+        self.buckets = int(buckets)
+        self.leaf_rows = int(leaf_rows)
+        self.pack = bool(pack)
+
+    def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        if plan.state_ttl_ms is not None:
+            raise ConfigError(
+                f"{plan.operator}: state_ttl is not supported by the batched engine (it relies on Spark's per-key"
+                " value-state TTL). Pass engine='tws', or expire state with a timeout."
+            )
+        clash = [c for c in df.columns if c in (BUCKET_COLUMN, HASH_COLUMN)]
+        if clash:
+            raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
+        h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
+        bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
+        if not self.pack or (df.isStreaming and has_watermark(df)):
+            # Spark drops input rows behind the watermark inside the stateful operator, by the
+            # column that carries it; packed rows would hide that column. So an event-time
+            # input goes in row by row (pandas), and Spark's late-row rule stays exactly its own.
+            # (Likewise with pack=False.)
+            # longs travel as strings: pandas would turn a long column with a null into float64
+            values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
+                      else F.col(f"`{f.name}`") for f in df.schema.fields]
+            data = df.select(*values, h.alias(HASH_COLUMN), bucket)
+            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
+                                                    StructField(BUCKET_COLUMN, IntegerType(), True)])
+            tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+            processor = _Processor(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
+        else:
+            cols = [F.col(f"`{c}`") for c in df.columns]
+            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
+            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
+            processor = _Processor(plan, self.buckets, self.leaf_rows, schema)
+        init = None
+        if initial_state is not None:
+            init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
+        return data.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
+            statefulProcessor=processor,
+            outputStructType=plan.output_schema,
+            outputMode="Append" if plan.output_mode == "append" else "Update",
+            timeMode=time_mode(plan),
+            initialState=init,
+            eventTimeColumnName=plan.event_time_column or "",
+        )
+
+    def stored_layout(self, spark: "SparkSession", checkpoint: str, operator: dict[str, Any]) -> StoredLayout | None:
+        return layout.stored_layout(spark, checkpoint, operator)
