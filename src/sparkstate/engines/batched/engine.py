@@ -14,7 +14,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 
 from ...errors import ConfigError, StateSchemaError
 from ...group_state import initial_timeout
-from .._calls import time_mode
+from .._calls import operator_options
 from ..base import INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, has_watermark, initial_key_column
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
@@ -191,11 +191,7 @@ class BatchedEngine(Engine):
             init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
         return data.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
             statefulProcessor=processor,
-            outputStructType=plan.output_schema,
-            outputMode="Append" if plan.output_mode == "append" else "Update",
-            timeMode=time_mode(plan),
-            initialState=init,
-            eventTimeColumnName=plan.event_time_column or "",
+            **operator_options(plan, init),
         )
 
     def stored_layout(self, spark: "SparkSession", checkpoint: str, operator: dict[str, Any]) -> StoredLayout | None:

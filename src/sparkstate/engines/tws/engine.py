@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._calls import time_mode
+from .._calls import operator_options
 from ..base import Engine, StatePlan, StoredLayout, initial_key_column
 from . import layout
 from .processor import _Processor
@@ -26,11 +26,7 @@ class TransformWithStateEngine(Engine):
             init = initial_state.groupBy(*[initial_key_column(i) for i in range(len(plan.key_columns))])
         return grouped.transformWithState(
             statefulProcessor=_Processor(plan, df.schema),
-            outputStructType=plan.output_schema,
-            outputMode="Append" if plan.output_mode == "append" else "Update",
-            timeMode=time_mode(plan),
-            initialState=init,
-            eventTimeColumnName=plan.event_time_column or "",
+            **operator_options(plan, init),
         )
 
     def stored_layout(self, spark: "SparkSession", checkpoint: str, operator: dict[str, Any]) -> StoredLayout | None:
