@@ -23,7 +23,7 @@ from pyspark.sql.types import StructField, StructType
 from .durations import Duration, positive_ms
 from .engines import StatePlan, engine_for, get_engine
 from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, has_watermark, initial_key_column
-from .engines.evolution import check_compatible, key_struct
+from .engines.evolution import check_checkpoint, key_struct
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupState, GroupStateTimeout, State
 from .session import check_session
@@ -126,10 +126,12 @@ def _build(
     if value_decoder is None and value_type is not None:
         value_decoder = record_decoder(value_type, df.schema, "value_type")
     init_df, init_timeout = _initial_state(initial_state, df, keys, codec, operator_name)
-    chosen = get_engine(engine_for(engine, state_ttl=ttl_ms is not None))
     if checkpoint is not None:
-        check_compatible(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns, codec.py_type,
-                         engine=chosen.name)
+        # without engine=, a checkpoint with state goes on with the engine that wrote it
+        written_by, _ = check_checkpoint(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns,
+                                         codec.py_type, engine=None if engine is None else get_engine(engine).name)
+        engine = engine if engine is not None else written_by
+    chosen = get_engine(engine_for(engine, state_ttl=ttl_ms is not None))
     plan = StatePlan(
         operator=operator_name,
         key_columns=keys,
@@ -237,9 +239,10 @@ def map_groups_with_state(
     closed by its timeout ends before the watermark, so ``session_end`` cannot be that column.
 
     ``engine``: ``"batched"`` (many keys per Python call), ``"tws"`` (one call per key, the only
-    one with ``state_ttl``) or an :class:`~sparkstate.engines.Engine`. By default
-    ``sparkstate.engines.DEFAULT_ENGINE`` (``"batched"``, the fastest; same semantics), or
-    ``"tws"`` when ``state_ttl`` is given. A checkpoint keeps the engine it was started with.
+    one with ``state_ttl``) or an :class:`~sparkstate.engines.Engine`. When not given: the engine
+    that wrote ``checkpoint``'s state, if any; else ``sparkstate.engines.DEFAULT_ENGINE``
+    (``"batched"``, the fastest; same semantics), or ``"tws"`` when ``state_ttl`` is given.
+    A checkpoint keeps the engine it was started with.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()

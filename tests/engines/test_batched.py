@@ -275,6 +275,16 @@ def test_state_tools_read_export_and_resume_from_a_batched_checkpoint(spark, tmp
                                  state_type=Visits, output_type="user string, n long", engine="tws",
                                  checkpoint=tmp_path / "ck")
 
+    # without engine=: the engine that wrote the checkpoint; else the default, or tws for state_ttl
+    def bucketed(**kw):
+        df = ss.map_groups_with_state(land.stream(spark, "user string, page string"), key="user", func=_visits,
+                                      state_type=Visits, output_type="user string, n long",
+                                      timeout=ss.GroupStateTimeout.ProcessingTimeTimeout, **kw)
+        return "_sparkstate_bucket" in df._jdf.queryExecution().analyzed().toString()
+
+    assert bucketed(checkpoint=tmp_path / "ck") and not bucketed(checkpoint=tmp_path / "ck2")
+    assert bucketed() and not bucketed(state_ttl="1 hour")
+
 
 def test_state_ttl_is_refused_with_a_way_out(spark):
     df = spark.createDataFrame([("a",)], "user string")

@@ -134,14 +134,8 @@ def _diff_type(path: str, old: DataType, new: DataType, defaulted: set[str]) -> 
     return [FieldChange(path, "type changed", o, n, False)]
 
 
-def check_compatible(
-    spark: "SparkSession",
-    checkpoint: str | os.PathLike,
-    key_schema: StructType,
-    state_schema: StructType,
-    state_type: Any = None,
-    engine: str | None = None,
-) -> list[FieldChange]:
+def check_compatible(spark: "SparkSession", checkpoint: str | os.PathLike, key_schema: StructType,
+                     state_schema: StructType, state_type: Any = None, engine: str | None = None) -> list[FieldChange]:
     """Compare the state stored in ``checkpoint`` with a query's key and state schemas.
 
     Returns the (compatible) changes; raises :class:`StateSchemaError` listing every field-level
@@ -149,8 +143,21 @@ def check_compatible(
     committed state passes. ``engine``: the engine the query runs on; state written by another
     engine (another layout) is refused.
     """
+    return check_checkpoint(spark, checkpoint, key_schema, state_schema, state_type, engine)[1]
+
+
+def check_checkpoint(
+    spark: "SparkSession",
+    checkpoint: str | os.PathLike,
+    key_schema: StructType,
+    state_schema: StructType,
+    state_type: Any = None,
+    engine: str | None = None,
+) -> tuple[str | None, list[FieldChange]]:
+    """As :func:`check_compatible`, also returning the name of the engine that wrote the state
+    (``None`` for a checkpoint without committed state)."""
     if not has_state(checkpoint):
-        return []
+        return None, []
     stored = stored_layout(spark, checkpoint)
     refusal = stored.restart_refusal()
     if refusal is not None:
@@ -187,7 +194,7 @@ def check_compatible(
             " or ss.state.export), reshape the Parquet to the new fields, and start the new query on a new"
             " checkpoint with initial_state=spark.read.parquet(\"state.parquet\")."
         )
-    return changes
+    return written_by, changes
 
 
 def key_struct(df_schema: StructType, keys: tuple[str, ...]) -> StructType:
