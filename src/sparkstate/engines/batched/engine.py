@@ -15,7 +15,8 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 from ...errors import ConfigError, StateSchemaError
 from ...group_state import initial_timeout
 from .._calls import operator_options
-from ..base import INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, has_watermark, initial_key_column
+from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, has_watermark,
+                    initial_key_column)
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
 from .processor import BLOB_COLUMN, PACKED_SCHEMA, _packer, _Processor

@@ -25,8 +25,8 @@ from .._calls import Calls, time_mode
 from .._fit import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
 from ..columns import arrow_column_converter
-from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, Directory,
-                     leaf_bits, leaf_of, min_timeout, split_leaf)
+from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA,
+                     LEAF_VARIABLE, Directory, leaf_bits, leaf_of, min_timeout, split_leaf)
 
 BLOB_COLUMN = "_sparkstate_blob"
 
