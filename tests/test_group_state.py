@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import sparkstate as ss
-from sparkstate.group_state import NO_WATERMARK, GroupState, Outcome, State, is_due, run_call
+from sparkstate.group_state import NO_WATERMARK, GroupState, Outcome, State, initial_timeout, is_due, run_call, timer_for
 
 PT = ss.GroupStateTimeout.ProcessingTimeTimeout
 ET = ss.GroupStateTimeout.EventTimeTimeout
@@ -350,6 +350,22 @@ def test_is_due_is_strictly_before():
     assert not is_due(1_000, 999)
 
 
+def test_timer_for_a_timeout_fires_when_it_is_due():
+    assert timer_for(1_000) == 1_001
+    assert not is_due(1_000, timer_for(1_000) - 1) and is_due(1_000, timer_for(1_000))
+    assert timer_for(1_000, now_ms=999) == 1_001
+    assert timer_for(1_000, now_ms=1_000) == 1_001
+    assert timer_for(1_000, now_ms=5_000) == 5_001  # already due: the next batch's timer
+
+
+def test_initial_timeout_is_the_column_or_the_idle_timeout_and_none_without_timeouts():
+    assert initial_timeout(NT, 5_000, 100, 1_000) is None
+    assert initial_timeout(PT, 5_000, 100, 1_000) == 5_000
+    assert initial_timeout(PT, None, 100, 1_000) == 1_100
+    assert initial_timeout(PT, None, None, 1_000) is None
+    assert initial_timeout(ss.GroupStateTimeout.EventTimeTimeout, 7, None, 1_000) == 7
+
+
 # --- run_call: outputs -------------------------------------------------------------------------------------
 
 def call(func, state=None, *, key="k", values=(), flat=False, old_timeout_ms=None, keep_expired_state=False):
@@ -399,6 +415,17 @@ def test_run_call_remove_writes_and_reports_no_state():
 
     out = call(f, GroupState(NT, value=1, exists=True))
     assert (out.write, out.exists, out.value, out.timeout_ms) == (True, False, None, None)
+    assert out.delete
+
+
+def test_run_call_deletes_the_row_only_when_neither_state_nor_timeout_is_left():
+    def f(k, v, s):
+        s.remove()
+        s.setTimeoutDuration(500)
+
+    assert not call(f, GroupState(PT, value=1, exists=True, batch_time_ms=1_000)).delete
+    assert not call(lambda k, v, s: s.update(2), GroupState(NT, value=1, exists=True)).delete
+    assert not call(lambda k, v, s: None, GroupState(NT)).delete  # nothing written
 
 
 def test_run_call_writes_when_the_timeout_changes_and_not_when_it_is_set_to_the_same_value():

@@ -188,6 +188,12 @@ def test_set_state_seeds_state_as_initial_state_does():
     assert h.peek_state("u1").events == ["old", "new"]
 
 
+def test_set_state_keeps_no_timeout_without_timeouts_as_initial_state_does():
+    h = GroupStateHarness(counter)
+    h.set_state("k", 1, timeout_ms=30_000)
+    assert (h.peek_state("k"), h.peek_timeout_ms("k")) == (1, None)
+
+
 def test_set_state_with_a_timeout_fires_it():
     h = pt_harness()
     h.set_state("u1", Session("u1", ["old"], 1), timeout_ms=30_000)

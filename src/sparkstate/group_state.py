@@ -1,8 +1,11 @@
-"""The per-key state handle and the rules that decide timeouts and expiry.
+"""The per-key state handle and the rules that decide timeouts, timers and expiry.
 
-This module is the one place where the semantics live: the Spark engine and the no-Spark
-harness (:mod:`sparkstate.testing`) both run a key through :func:`run_call` and act on the
-:class:`Outcome` it returns, so they cannot drift apart.
+This module is the one place where the semantics live: both engines and the no-Spark harness
+(:mod:`sparkstate.testing`) run a key through :func:`run_call` and act on the :class:`Outcome`
+it returns (``Outcome.delete``: the key's stored row goes), ask :func:`is_due` which keys time
+out, :func:`timer_for` which transformWithState timer fires a timeout, and
+:func:`initial_timeout` what timeout a key loaded from initial state has; so they cannot drift
+apart.
 
 >>> s = GroupState(GroupStateTimeout.ProcessingTimeTimeout, batch_time_ms=1_000)
 >>> s.exists
@@ -15,7 +18,7 @@ False
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .durations import Duration, Instant, instant_ms, positive_ms, to_ms, utc
@@ -262,6 +265,8 @@ class Outcome:
 
     ``write``: the stored row must change (value, existence or timeout).
     ``exists`` / ``value``: the state after the call. ``timeout_ms``: the pending timeout.
+    ``delete``: the write removes the key's stored row (no state and no pending timeout left);
+    derived from the fields before it, so left out of comparisons.
     """
 
     outputs: list
@@ -269,6 +274,7 @@ class Outcome:
     exists: bool
     value: Any
     timeout_ms: int | None
+    delete: bool = field(default=False, compare=False)
 
 
 GroupFunc = Callable[[Any, Iterator[Any], GroupState], Any]
@@ -322,9 +328,39 @@ def run_call(
             state.remove()
     timeout_ms = state._timeout_ms
     write = state._updated or state._removed or timeout_ms != old_timeout_ms
-    return Outcome(outputs, write, state._exists, state._value, timeout_ms)
+    exists = state._exists
+    return Outcome(outputs, write, exists, state._value, timeout_ms, write and not exists and timeout_ms is None)
 
 
 def is_due(timeout_ms: int, now_ms: int) -> bool:
     """Whether a timeout has passed: strictly before the watermark / processing time, as Spark."""
     return timeout_ms < now_ms
+
+
+def timer_for(timeout_ms: int, now_ms: int | None = None) -> int:
+    """The transformWithState timer (epoch ms) that fires a pending timeout.
+
+    transformWithState fires a timer when the clock reaches it, a GroupState timeout is due
+    only once the clock is strictly past it (:func:`is_due`): hence ``timeout + 1``. A timeout
+    that is already due (at or behind ``now_ms``, when given) gets the timer of the next batch,
+    ``now + 1``.
+    """
+    if now_ms is not None and timeout_ms <= now_ms:
+        return now_ms + 1
+    return timeout_ms + 1
+
+
+def initial_timeout(
+    conf: GroupStateTimeout, timeout_ms: int | None, idle_timeout_ms: int | None, processing_time_ms: int
+) -> int | None:
+    """The pending timeout of a key loaded from initial state.
+
+    Its ``timeout_ms`` column when given; else, with ``idle_timeout_ms`` (``map_with_state``'s
+    ``StateSpec.timeout``: such keys are idle from the start), that long after the first batch's
+    processing time; never a timeout in a query without timeouts.
+    """
+    if conf is GroupStateTimeout.NoTimeout:
+        return None
+    if timeout_ms is None and idle_timeout_ms is not None:
+        return processing_time_ms + idle_timeout_ms
+    return timeout_ms

@@ -21,8 +21,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from .durations import Duration, positive_ms
-from .engines import StatePlan, get_engine
+from .engines import StatePlan, engine_for, get_engine
 from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, has_watermark, initial_key_column
+from .engines.evolution import check_checkpoint, key_struct
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupState, GroupStateTimeout, State
 from .session import check_session
@@ -33,7 +34,6 @@ from .types import Codec, encoder_for, parse_schema, record_decoder
 log = logging.getLogger("sparkstate")
 
 OutputMode = Literal["update", "append"]
-KeySpec = "str | Sequence[str]"
 
 
 def _key_columns(df: DataFrame, key: Any, operator_name: str) -> tuple[str, ...]:
@@ -109,49 +109,29 @@ def _build(
     keep_expired_state: bool,
     state_ttl: Duration | None,
     flat: bool,
-    engine: str | Engine,
+    engine: str | Engine | None,
     value_decoder: Callable | None = None,
     initial_idle_timeout_ms: int | None = None,
     checkpoint: str | os.PathLike | None = None,
     event_time_column: str | None = None,
 ) -> DataFrame:
-    if not isinstance(df, DataFrame):
-        raise ConfigError(f"{operator_name}: expected a pyspark DataFrame as input, got {type(df).__name__}")
-    if not callable(func):
-        raise ConfigError(f"{operator_name}: func must be callable as func(key, values, state), got {func!r}")
-    check_session(df.sparkSession)
+    """Validate everything, compile a :class:`StatePlan` and hand it to the engine."""
+    _check_input(df, func, operator_name)
     keys = _key_columns(df, key, operator_name)
     codec = _state_codec(state_type, operator_name)
     output_schema = parse_schema(output_type, "output_type")
-    conf = GroupStateTimeout.parse(timeout)
-    mode = str(output_mode).lower()
-    if mode not in ("update", "append"):
-        raise ConfigError(f"{operator_name}: output_mode must be 'update' or 'append', got {output_mode!r}")
-    watermark = has_watermark(df)
-    if conf is GroupStateTimeout.EventTimeTimeout and df.isStreaming and not watermark:
-        raise TimeoutConfigError(
-            f"{operator_name}: timeout=EventTimeTimeout needs an event-time watermark on the input, and it has none."
-            " Call df.withWatermark(\"<event time column>\", \"10 seconds\") before this operator."
-        )
-    ttl_ms = None
-    if state_ttl is not None:
-        ttl_ms = positive_ms(state_ttl, f"{operator_name}: state_ttl")
-        if conf is GroupStateTimeout.EventTimeTimeout:
-            raise TimeoutConfigError(
-                f"{operator_name}: state_ttl is measured in processing time and Spark allows it only without an"
-                " event-time timeout. Drop state_ttl and let the event-time timeout expire the state, or use"
-                " timeout=ProcessingTimeTimeout."
-            )
+    conf, mode, watermark, ttl_ms = _time_settings(df, timeout, output_mode, state_ttl, operator_name)
     if event_time_column is not None:
         _check_event_time_column(df, output_schema, event_time_column, watermark, operator_name)
     if value_decoder is None and value_type is not None:
         value_decoder = record_decoder(value_type, df.schema, "value_type")
     init_df, init_timeout = _initial_state(initial_state, df, keys, codec, operator_name)
     if checkpoint is not None:
-        from .state.evolution import check_compatible, key_struct
-
-        check_compatible(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns, codec.py_type,
-                         engine=get_engine(engine).name)
+        # without engine=, a checkpoint with state goes on with the engine that wrote it
+        written_by, _ = check_checkpoint(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns,
+                                         codec.py_type, engine=None if engine is None else get_engine(engine).name)
+        engine = engine if engine is not None else written_by
+    chosen = get_engine(engine_for(engine, state_ttl=ttl_ms is not None))
     plan = StatePlan(
         operator=operator_name,
         key_columns=keys,
@@ -173,7 +153,40 @@ def _build(
         event_time_column=event_time_column if df.isStreaming else None,
     )
     ship_user_modules()  # the user's modules that are not installed travel with the query
-    return get_engine(engine).apply(df, plan, init_df)
+    return chosen.apply(df, plan, init_df)
+
+
+def _check_input(df: Any, func: Any, operator_name: str) -> None:
+    if not isinstance(df, DataFrame):
+        raise ConfigError(f"{operator_name}: expected a pyspark DataFrame as input, got {type(df).__name__}")
+    if not callable(func):
+        raise ConfigError(f"{operator_name}: func must be callable as func(key, values, state), got {func!r}")
+    check_session(df.sparkSession)
+
+
+def _time_settings(df: DataFrame, timeout: Any, output_mode: str, state_ttl: Duration | None,
+                   operator_name: str) -> tuple[GroupStateTimeout, str, bool, int | None]:
+    """(timeout kind, output mode, whether the input has a watermark, state TTL in ms), checked."""
+    conf = GroupStateTimeout.parse(timeout)
+    mode = str(output_mode).lower()
+    if mode not in ("update", "append"):
+        raise ConfigError(f"{operator_name}: output_mode must be 'update' or 'append', got {output_mode!r}")
+    watermark = has_watermark(df)
+    if conf is GroupStateTimeout.EventTimeTimeout and df.isStreaming and not watermark:
+        raise TimeoutConfigError(
+            f"{operator_name}: timeout=EventTimeTimeout needs an event-time watermark on the input, and it has none."
+            " Call df.withWatermark(\"<event time column>\", \"10 seconds\") before this operator."
+        )
+    ttl_ms = None
+    if state_ttl is not None:
+        ttl_ms = positive_ms(state_ttl, f"{operator_name}: state_ttl")
+        if conf is GroupStateTimeout.EventTimeTimeout:
+            raise TimeoutConfigError(
+                f"{operator_name}: state_ttl is measured in processing time and Spark allows it only without an"
+                " event-time timeout. Drop state_ttl and let the event-time timeout expire the state, or use"
+                " timeout=ProcessingTimeTimeout."
+            )
+    return conf, mode, watermark, ttl_ms
 
 
 def _check_event_time_column(df: DataFrame, output_schema: StructType, column: str, watermark: bool,
@@ -204,7 +217,7 @@ def map_groups_with_state(
     keep_expired_state: bool = False,
     state_ttl: Duration | None = None,
     *,
-    engine: str | Engine = "tws",
+    engine: str | Engine | None = None,
     checkpoint: str | os.PathLike | None = None,
     event_time_column: str | None = None,
 ) -> DataFrame:
@@ -226,6 +239,12 @@ def map_groups_with_state(
     watermark and fails the query otherwise (``EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED``):
     a session closed by its timeout ends before the watermark, so ``session_end`` cannot be that
     column (``sessionize(event_time_column=...)`` adds one that can). Ignored on a static input.
+
+    ``engine``: ``"batched"`` (many keys per Python call), ``"tws"`` (one call per key, the only
+    one with ``state_ttl``) or an :class:`~sparkstate.engines.Engine`. When not given: the engine
+    that wrote ``checkpoint``'s state, if any; else ``sparkstate.engines.DEFAULT_ENGINE``
+    (``"batched"``, the fastest; same semantics), or ``"tws"`` when ``state_ttl`` is given.
+    A checkpoint keeps the engine it was started with.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -260,7 +279,7 @@ def flat_map_groups_with_state(
     keep_expired_state: bool = False,
     state_ttl: Duration | None = None,
     *,
-    engine: str | Engine = "tws",
+    engine: str | Engine | None = None,
     checkpoint: str | os.PathLike | None = None,
     event_time_column: str | None = None,
 ) -> DataFrame:
@@ -320,7 +339,7 @@ def map_with_state(
     output_type: Any,
     value_type: Any = None,
     *,
-    engine: str | Engine = "tws",
+    engine: str | Engine | None = None,
     checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """DStream ``mapWithState``: ``spec``'s function is called once per input record.
@@ -417,7 +436,7 @@ def update_state_by_key(
     state_type: Any,
     value_type: Any = None,
     *,
-    engine: str | Engine = "tws",
+    engine: str | Engine | None = None,
     checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """DStream ``updateStateByKey``: ``func(new_values, state)`` for every key, every micro-batch.

@@ -1,7 +1,8 @@
 """Unit-test a state function without Spark: :class:`GroupStateHarness`.
 
 The harness keeps state in memory and moves time by hand, and it decides timeouts and expiry
-with the same code as the Spark engine (:func:`sparkstate.group_state.run_call`). State goes
+with the same code as the Spark engines (:mod:`sparkstate.group_state`: ``run_call``, ``is_due``,
+``initial_timeout``). State goes
 through the same codec as on Spark, so a value that cannot be stored fails here too, and
 mutating a state object without calling ``update`` is lost here as it is on Spark.
 
@@ -36,7 +37,7 @@ from typing import Any, Container, Iterable, Mapping
 
 from .durations import Duration, Instant, instant_ms, to_ms
 from .errors import ConfigError, StateTypeError
-from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, is_due, run_call
+from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, initial_timeout, is_due, run_call
 from .types import Codec
 
 __all__ = ["GroupStateHarness", "ManualClock"]
@@ -148,8 +149,10 @@ class GroupStateHarness:
         return outputs
 
     def set_state(self, key: Any, value: Any, timeout_ms: int | None = None) -> None:
-        """Seed the state of a key, as ``initial_state`` does on Spark."""
-        self._slots[key] = _Slot(self._encode(value), True, timeout_ms)
+        """Seed the state of a key, as ``initial_state`` does on Spark (a query without timeouts
+        keeps no ``timeout_ms``)."""
+        self._slots[key] = _Slot(self._encode(value), True,
+                                 initial_timeout(self.timeout, timeout_ms, None, self._clock.now_ms))
 
     def peek_state(self, key: Any) -> Any:
         """The state of ``key``, or ``None``."""
@@ -197,7 +200,9 @@ class GroupStateHarness:
             keep_expired_state=self.keep_expired_state,
         )
         if outcome.write:
-            if outcome.exists or outcome.timeout_ms is not None:
+            if outcome.delete:
+                self._slots.pop(key, None)
+            else:
                 try:
                     encoded = self._encode(outcome.value) if outcome.exists else None
                 except StateTypeError as exc:
@@ -205,6 +210,4 @@ class GroupStateHarness:
                         f"GroupStateHarness: the state of key {key!r} cannot be stored: {exc}"
                     ) from None
                 self._slots[key] = _Slot(encoded, outcome.exists, outcome.timeout_ms)
-            else:
-                self._slots.pop(key, None)
         return outcome.outputs

@@ -70,7 +70,6 @@ _PRIMITIVES: dict[type, DataType] = {
     _dt.date: DateType(),
     decimal.Decimal: DecimalType(38, 18),
 }
-PRIMITIVE_TYPES = tuple(_PRIMITIVES)
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _FRACTIONAL = (FloatType, DoubleType)

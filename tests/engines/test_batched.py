@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 import sparkstate as ss
 from sparkstate.engines import BatchedEngine
-from sparkstate.engines.batched import DIR_VARIABLE, LEAF_VARIABLE, Directory, leaf_bits, leaf_of, split_leaf
+from sparkstate.engines.batched.layout import DIR_VARIABLE, LEAF_VARIABLE, Directory, leaf_bits, leaf_of, split_leaf
 from tests.engines.test_engines import EXPECTED, run_on_harness, run_on_spark
 from tests.streams import LandingDir, StreamRun
 
@@ -42,7 +42,8 @@ def _grouper(names: list[str], key_pos: list[int]):
     """A processor reduced to what _group needs (no Spark, no state)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from sparkstate.engines.batched import HASH_COLUMN, _Processor
+    from sparkstate.engines.batched.layout import HASH_COLUMN
+    from sparkstate.engines.batched.processor import _Processor
     from sparkstate.engines.columns import arrow_column_converter
 
     schema = StructType([StructField(n, StringType() if n != "n" else LongType()) for n in names]
@@ -58,7 +59,8 @@ def _packed_frames(rows: list[tuple], hashes: list[int], buckets: list[int]):
     import pandas as pd
     import pyarrow as pa
 
-    from sparkstate.engines.batched import BUCKET_COLUMN, HASH_COLUMN, _packer
+    from sparkstate.engines.batched.engine import _packer
+    from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN
 
     table = pa.table({"user": [r[0] for r in rows], "n": pa.array([r[1] for r in rows], pa.int64()),
                       HASH_COLUMN: pa.array(hashes, pa.int64()), BUCKET_COLUMN: pa.array(buckets, pa.int32())})
@@ -272,6 +274,16 @@ def test_state_tools_read_export_and_resume_from_a_batched_checkpoint(spark, tmp
         ss.map_groups_with_state(land.stream(spark, "user string, page string"), key="user", func=_visits,
                                  state_type=Visits, output_type="user string, n long", engine="tws",
                                  checkpoint=tmp_path / "ck")
+
+    # without engine=: the engine that wrote the checkpoint; else the default, or tws for state_ttl
+    def bucketed(**kw):
+        df = ss.map_groups_with_state(land.stream(spark, "user string, page string"), key="user", func=_visits,
+                                      state_type=Visits, output_type="user string, n long",
+                                      timeout=ss.GroupStateTimeout.ProcessingTimeTimeout, **kw)
+        return "_sparkstate_bucket" in df._jdf.queryExecution().analyzed().toString()
+
+    assert bucketed(checkpoint=tmp_path / "ck") and not bucketed(checkpoint=tmp_path / "ck2")
+    assert bucketed() and not bucketed(state_ttl="1 hour")
 
 
 def test_state_ttl_is_refused_with_a_way_out(spark):

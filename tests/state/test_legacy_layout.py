@@ -64,9 +64,9 @@ def test_layout_1_checkpoint_is_read_refused_and_moved(spark, tmp_path, state_en
         query(land.stream(spark, "word string"), checkpoint=ck)
     assert "ss.state.export" in str(refused.value) and "initial_state=" in str(refused.value)
 
-    # without it: Spark refuses to start on it (its state is never silently ignored)
+    # without it: Spark refuses to start the tws engine on it (its state is never silently ignored)
     land.add([{"word": "a"}])
-    with StreamRun(spark, query(land.stream(spark, "word string")), ck, landing=land, already_read=3) as run:
+    with StreamRun(spark, query(land.stream(spark, "word string"), engine="tws"), ck, landing=land, already_read=3) as run:
         text = failure(run)
     assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in text or "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION" in text
     assert sorted(tuple(r) for r in ss.state.read(spark, ck).collect()) == [("a", 2, None), ("b", 1, None)]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import sparkstate as ss
-from sparkstate.engines.batched import BatchedEngine
+from sparkstate.engines import BatchedEngine
 from tests.conftest import checkpoint_encoding
 from tests.streams import LandingDir, StreamRun
 
@@ -94,7 +94,7 @@ def test_export_then_new_source_and_partitions_equals_one_uninterrupted_query(sp
 def test_stats_counts_keys_per_partition_and_batch(spark, tmp_path):
     land = LandingDir(tmp_path / "in")
     land.add([])
-    with StreamRun(spark, visits_query(spark, land), tmp_path / "ck", landing=land) as run:
+    with StreamRun(spark, visits_query(spark, land, engine="tws"), tmp_path / "ck", landing=land) as run:
         feed(run, land, BATCHES[:3])
     st = ss.state.stats(spark, tmp_path / "ck", last_batches=1000)
     assert st.keys == 3 and st.keys_with_timeout == 3

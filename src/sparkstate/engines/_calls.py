@@ -23,6 +23,18 @@ def time_mode(plan: StatePlan) -> str:
     return "None"
 
 
+def operator_options(plan: StatePlan, initial_state: Any) -> dict[str, Any]:
+    """The arguments of PySpark's transformWithState(InPandas) that both engines derive alike
+    from the plan (the grouped initial state, or None, passed through)."""
+    return {
+        "outputStructType": plan.output_schema,
+        "outputMode": "Append" if plan.output_mode == "append" else "Update",
+        "timeMode": time_mode(plan),
+        "initialState": initial_state,
+        "eventTimeColumnName": plan.event_time_column or "",
+    }
+
+
 def wall_clock_ms() -> int:
     # The one place the engines read the wall clock: only when Spark gives no processing time
     # (a query without a time mode, or a static DataFrame).

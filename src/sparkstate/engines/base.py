@@ -2,8 +2,13 @@
 
 An operator compiles the user's function and types into a :class:`StatePlan` (everything
 here is picklable and holds no DataFrame or session); an engine turns the input DataFrame and
-the plan into the output DataFrame. A new engine registers itself in :data:`ENGINES` and needs
-no change to operators or pipelines.
+the plan into the output DataFrame (:meth:`Engine.apply`). The offline state tools
+(:mod:`sparkstate.state`) and the ``checkpoint=`` check ask each registered engine whether it
+wrote a checkpoint's state (:meth:`Engine.stored_layout`) and read that state back through the
+:class:`StoredLayout` it returns, in one neutral shape (:func:`records_schema`). Each engine is a
+subpackage owning its layout (``layout.py``: how state is stored and read back) and its
+Spark-side processor (``processor.py``). A new engine registers itself in :data:`ENGINES` and
+needs no change to operators, pipelines or the state tools.
 """
 
 from __future__ import annotations
@@ -12,46 +17,24 @@ import abc
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable
 
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
 from ..errors import ConfigError
 from ..group_state import GroupFunc, GroupStateTimeout
 from ..types import Codec
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 RESERVED_PREFIX = "_sparkstate_"
-#: The tws engine's state variable (layout 2; what ``format("statestore")`` reads): one row per
-#: key, of the fixed schema :data:`STATE_ROW_SCHEMA` whatever the state type, so that Spark sees
-#: the same value schema under either state encoding (``unsaferow``, which allows no schema
-#: change, or ``avro``) and the state's own evolution is ours (see :mod:`sparkstate.state.evolution`).
-STATE_VARIABLE = "sparkstate_v2"
-#: Layout 1 (earlier releases): variable ``sparkstate`` holding the state's fields as Spark
-#: columns beside these two meta columns, which relied on Avro state encoding for evolution.
-LEGACY_STATE_VARIABLE = "sparkstate"
-EXISTS_COLUMN = "_sparkstate_exists"
-TIMEOUT_COLUMN = "_sparkstate_timeout_ms"
-#: Columns of a layout-2 state row: the type tag of the state's columns (``types.type_tag``), the
-#: encoded state (:func:`encode_state_blob`; null when only a timeout is pending), the timeout.
-SCHEMA_FIELD = "schema"
-STATE_FIELD = "state"
-TIMEOUT_FIELD = "timeout_ms"
-STATE_ROW_SCHEMA = StructType([
-    StructField(SCHEMA_FIELD, StringType(), True),
-    StructField(STATE_FIELD, BinaryType(), True),
-    StructField(TIMEOUT_FIELD, LongType(), True),
-])
-#: What a layout-2 query opens under the layout-1 name and never writes: a layout-1 checkpoint
-#: holds ``_sparkstate_exists`` as a boolean there, which Spark cannot evolve to binary under
-#: either encoding, so such a checkpoint is refused when the query starts instead of its state
-#: being silently ignored (with ``checkpoint=``, ``state.evolution`` refuses it earlier, in words).
-LEGACY_GUARD_SCHEMA = StructType([StructField(EXISTS_COLUMN, BinaryType(), True)])
 #: Pickle protocol of encoded state (both engines): the state's column values as a tuple of
-#: builtins (nested structs as Rows), field order given by the type tag stored beside them.
+#: builtins (nested structs as Rows), field order given by the field names stored beside them.
 PICKLE_PROTOCOL = 5
 #: Column of an initial-state DataFrame (and of ``ss.state.read``) holding a pending timeout.
 INITIAL_TIMEOUT_COLUMN = "timeout_ms"
+#: Column of :meth:`StoredLayout.records`: whether the key has state (not only a pending timeout).
+EXISTS_COLUMN = "_sparkstate_exists"
+
 
 @dataclass(frozen=True)
 class StatePlan:
@@ -115,6 +98,71 @@ class Engine(abc.ABC):
         ``plan.initial_has_timeout``.
         """
 
+    def stored_layout(self, spark: "SparkSession", checkpoint: str, operator: dict[str, Any]) -> "StoredLayout | None":
+        """This engine's reader of a stateful operator's state in ``checkpoint``, or ``None`` when
+        the engine did not write it (another engine's, or not a sparkstate operator).
+
+        ``operator``: one row of the checkpoint's ``state-metadata`` (see
+        :func:`sparkstate.engines.checkpoint.operators`), ``state_variables`` naming its variables.
+        """
+        return None
+
+
+class StoredLayout(abc.ABC):
+    """One engine's state in a checkpoint, read back without running the query: what
+    ``ss.state.read/keys/export/stats/stored_schema`` and the ``checkpoint=`` check ask of the
+    engine that wrote it."""
+
+    #: The engine's registered name, and the version of its layout this checkpoint holds.
+    engine: str = ""
+    version: int = 0
+
+    def __init__(self, spark: "SparkSession", checkpoint: str, operator: dict[str, Any]) -> None:
+        self.spark = spark
+        self.checkpoint = checkpoint
+        self.operator = operator
+
+    @abc.abstractmethod
+    def records(self, batch_id: int | None) -> "DataFrame":
+        """One row per stored key as of the latest (or ``batch_id``) committed batch, of
+        :func:`records_schema`: the key's columns, the state's fields fitted to :meth:`schema`'s
+        state type, its pending timeout, whether it has state."""
+
+    @abc.abstractmethod
+    def schemas(self) -> "tuple[StructType, list[StructType]]":
+        """The key schema and every state schema that stored rows were written with (more than
+        one after the state type changed and not every key was written since)."""
+
+    def schema(self) -> "tuple[StructType, StructType]":
+        """The (key, state) schemas of :meth:`records` (after a state type change: the one most
+        keys hold)."""
+        schema = self.records(None).schema
+        return schema["key"].dataType, schema["value"].dataType
+
+    def restart_refusal(self) -> str | None:
+        """Why a query of this release cannot run on this state (an older layout), with the way
+        out; ``None`` when it can."""
+        return None
+
+    def variable(self, name: str, batch_id: int | None) -> "DataFrame":
+        """One state variable of the operator, as Spark's ``statestore`` reader gives it."""
+        reader = (self.spark.read.format("statestore").option("stateVarName", name)
+                  .option("operatorId", self.operator["operator_id"]))
+        if batch_id is not None:
+            reader = reader.option("batchId", batch_id)
+        return reader.load(self.checkpoint)
+
+
+def records_schema(key_schema: "StructType", state_schema: "StructType") -> "StructType":
+    """The shape of :meth:`StoredLayout.records`, whatever the engine."""
+    return StructType([
+        StructField("partition_id", IntegerType(), True),
+        StructField("key", key_schema, True),
+        StructField("value", state_schema, True),
+        StructField(INITIAL_TIMEOUT_COLUMN, LongType(), True),
+        StructField(EXISTS_COLUMN, BooleanType(), True),
+    ])
+
 
 def initial_key_column(i: int) -> str:
     """Name of the i-th key column in the initial-state layout handed to engines."""
@@ -129,6 +177,7 @@ def register_engine(name: str, factory: Callable[[], Engine]) -> None:
 
 
 def get_engine(name: str | Engine) -> Engine:
+    """The engine registered under ``name`` (an :class:`Engine` passes through)."""
     if isinstance(name, Engine):
         return name
     if name not in ENGINES:

@@ -1,27 +1,10 @@
-"""The batched engine: many keys per Python call, no per-key round trip to the JVM.
+"""What the batched engine runs on the Python workers: the packing step before the shuffle
+(:func:`_packer`) and the StatefulProcessor (``transformWithStateInPandas``), one call per bucket.
 
-Layout (all of it in Spark's state store, so checkpoints, recovery and the state tools work
-as for any transformWithState query):
-
-- Keys are hashed (``xxhash64`` of the key columns, computed by Spark) into ``buckets``
-  buckets; the bucket is transformWithState's grouping key, so one Python call serves every
-  key of a bucket that has input in the micro-batch. The input is packed before the shuffle
-  (:func:`_packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
-  shuffle nor PySpark's row-by-row feeding of the processor sees individual events; an input
-  with an event-time watermark column goes in unpacked, so that Spark still drops its late rows.
-- A bucket's keys live in *leaves*: a map state ``sparkstate_leaves`` from leaf id to one
-  binary value holding up to ``leaf_rows`` (64) keys (their encoded state, pending timeout and
-  hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
-  so leaves stay small however many keys the state holds: a batch reads and rewrites only
-  the leaves its keys fall in, never the untouched rest of the bucket.
-- A value state ``sparkstate_dir`` per bucket holds the directory: each leaf's key count and
-  earliest pending timeout, the state's field names (for schema evolution) and the bucket's
-  one registered timer (the earliest timeout of all its keys).
-
-A micro-batch costs, per bucket with input, one directory read and write, and per touched
-leaf one read and one write; the user's function runs for each key in a plain Python loop.
-Timeouts of keys without input are found from the directory (only leaves holding a due
-timeout are read) when the bucket has input or its timer fires.
+Groups the bucket's input by key, reads the directory and the leaves its keys fall in (layout:
+:mod:`.layout`), runs the user's function per key in a plain Python loop, finds the keys whose
+timeout is due from the directory, and writes back what changed. Which keys are due, which timer
+fires a timeout and when a key's entry goes are :mod:`sparkstate.group_state`'s rules.
 """
 
 from __future__ import annotations
@@ -29,77 +12,23 @@ from __future__ import annotations
 import gc
 import pickle
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from pyspark.sql.streaming import StatefulProcessor
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from ..errors import ConfigError, StateSchemaError
-from ..group_state import run_call
-from ._calls import Calls, time_mode
-from .base import Engine, StatePlan, has_watermark, initial_key_column
-from ..types import row_class
-from .columns import arrow_column_converter
+from ...errors import StateSchemaError
+from ...group_state import initial_timeout, is_due, run_call, timer_for
+from ...types import row_class
+from .._calls import Calls, time_mode
+from .._fit import relay
+from ..base import PICKLE_PROTOCOL, StatePlan
+from ..columns import arrow_column_converter
+from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA,
+                     LEAF_VARIABLE, Directory, leaf_bits, leaf_of, min_timeout, split_leaf)
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
-BUCKET_COLUMN = "_sparkstate_bucket"
-HASH_COLUMN = "_sparkstate_hash"
-LEAF_COLUMN = "_sparkstate_leaf"
 BLOB_COLUMN = "_sparkstate_blob"
-DIR_VARIABLE = "sparkstate_dir"
-LEAF_VARIABLE = "sparkstate_leaves"
-LAYOUT_VERSION = 1
-_PICKLE = 5
-_MAX_DEPTH = 32  # leaves split on the upper 32 bits of the 64-bit key hash
-
-DIR_SCHEMA = StructType([StructField("blob", BinaryType(), True)])
-LEAF_KEY_SCHEMA = StructType([StructField("leaf", LongType(), True)])
-LEAF_VALUE_SCHEMA = StructType([StructField("blob", BinaryType(), True)])
-
-
-def leaf_bits(h: int) -> int:
-    """The hash bits leaves split on (the upper half; the bucket uses the whole hash mod B)."""
-    return (h >> 32) & 0xFFFFFFFF
-
-
-def leaf_of(leaves: dict, bits: int) -> int:
-    """The id of the leaf holding a key: leaf ids are ``(1 << depth) | prefix``."""
-    depth = 0
-    while True:
-        lid = (1 << depth) | (bits & ((1 << depth) - 1))
-        if lid in leaves:
-            return lid
-        depth += 1
-        if depth > _MAX_DEPTH:
-            raise StateSchemaError(f"batched engine: no leaf for hash bits {bits:#x}; the directory is damaged")
-
-
-def _depth(lid: int) -> int:
-    return lid.bit_length() - 1
-
-
-def split_leaf(lid: int, entries: dict, max_rows: int) -> dict[int, dict]:
-    """Split a leaf until every part holds at most ``max_rows`` keys (or the hash runs out)."""
-    out: dict[int, dict] = {}
-    todo = [(lid, entries)]
-    while todo:
-        cur, ents = todo.pop()
-        d = _depth(cur)
-        if len(ents) <= max_rows or d >= _MAX_DEPTH:
-            out[cur] = ents
-            continue
-        prefix = cur & ((1 << d) - 1)
-        lo: dict = {}
-        hi: dict = {}
-        for k, e in ents.items():
-            (hi if (leaf_bits(e[2]) >> d) & 1 else lo)[k] = e
-        todo.append(((1 << (d + 1)) | prefix, lo))
-        todo.append(((1 << (d + 1)) | (1 << d) | prefix, hi))
-    return out
 
 
 def _group_by_key(groups: dict, hashes: dict, keys: Any, key_hashes: Any, rows: Any) -> None:
@@ -146,53 +75,6 @@ def _key_cuts(table: Any, key_pos: list[int], n: int) -> Any:
         changed = neq if changed is None else pc.or_(changed, neq)
     return np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1
 
-
-def _min_timeout(entries: dict) -> int | None:
-    m = None
-    for e in entries.values():
-        t = e[1]
-        if t is not None and (m is None or t < m):
-            m = t
-    return m
-
-
-@dataclass
-class Directory:
-    """One bucket's directory: leaf id -> [keys, earliest timeout]."""
-
-    buckets: int
-    fields: tuple[str, ...]
-    leaves: dict
-    timer: int | None
-    #: JSON of the key columns' and the state's Spark schemas, for the state tools.
-    key_schema: str
-    state_schema: str
-    #: not stored yet (not saved in the blob)
-    fresh: bool = False
-
-    @staticmethod
-    def new(buckets: int, fields: tuple[str, ...], key_schema: str, state_schema: str) -> "Directory":
-        return Directory(buckets, fields, {1: [0, None]}, None, key_schema, state_schema, True)
-
-    def dumps(self) -> bytes:
-        return pickle.dumps((LAYOUT_VERSION, self.buckets, self.fields, self.leaves, self.timer,
-                             self.key_schema, self.state_schema), _PICKLE)
-
-    @staticmethod
-    def loads(blob: bytes) -> "Directory":
-        version, *rest = pickle.loads(blob)
-        if version != LAYOUT_VERSION:
-            raise StateSchemaError(f"batched engine: state layout version {version} is not supported (expected {LAYOUT_VERSION})")
-        buckets, fields, leaves, timer, key_schema, state_schema = rest
-        return Directory(buckets, tuple(fields), leaves, timer, key_schema, state_schema)
-
-    def earliest(self) -> int | None:
-        return min((m for _, m in self.leaves.values() if m is not None), default=None)
-
-
-def build_leaves(entries: dict, max_rows: int) -> dict[int, dict]:
-    """The leaves of a bucket holding ``entries`` (key -> [cols, timeout, hash]), from scratch."""
-    return split_leaf(1, entries, max_rows)
 
 
 class _Processor(StatefulProcessor, Calls):
@@ -279,8 +161,7 @@ class _Processor(StatefulProcessor, Calls):
         """Re-lay state columns written with ``stored`` field names as the current fields."""
         idx = self._remap.get(stored)
         if idx is None:
-            pos = {n: i for i, n in enumerate(stored)}
-            idx = self._remap[stored] = tuple(pos.get(n) for n in self.fields)
+            idx = self._remap[stored] = relay(stored, self.fields)
         for e in entries.values():
             cols = e[0]
             if cols is not None:
@@ -295,9 +176,9 @@ class _Processor(StatefulProcessor, Calls):
                 del d.leaves[lid]
                 self.leaf_state.removeKey((lid,))
             for pid, ents in parts.items():
-                d.leaves[pid] = [len(ents), _min_timeout(ents)]
+                d.leaves[pid] = [len(ents), min_timeout(ents)]
                 if ents:
-                    self.leaf_state.updateValue((pid,), (pickle.dumps(ents, _PICKLE),))
+                    self.leaf_state.updateValue((pid,), (pickle.dumps(ents, PICKLE_PROTOCOL),))
                 elif pid == lid:
                     self.leaf_state.removeKey((pid,))
         d.fields = self.fields
@@ -308,7 +189,7 @@ class _Processor(StatefulProcessor, Calls):
         if not self.timers:
             return
         m = d.earliest()
-        want = None if m is None else max(m + 1, now + 1)
+        want = None if m is None else timer_for(m, now)
         if want == d.timer:
             return
         if d.timer is not None and d.timer > now:
@@ -333,7 +214,7 @@ class _Processor(StatefulProcessor, Calls):
             old_timeout_ms=old_timeout, keep_expired_state=self.plan.keep_expired_state,
         )
         if outcome.write:
-            if not outcome.exists and outcome.timeout_ms is None:
+            if outcome.delete:
                 leaf.pop(key, None)
             else:
                 cols = self.encode_state(key, outcome.value) if outcome.exists else None
@@ -408,7 +289,7 @@ class _Processor(StatefulProcessor, Calls):
             need.update(lid for lid, (count, _) in leaves.items() if count)
         due: list[int] = []
         if self.timers:
-            due = [lid for lid, (_, m) in leaves.items() if m is not None and m < now]
+            due = [lid for lid, (_, m) in leaves.items() if m is not None and is_due(m, now)]
             need.update(due)
         touched = self._load_leaves(d, need)
         out: list = []
@@ -418,7 +299,7 @@ class _Processor(StatefulProcessor, Calls):
             leaf = touched[lid]
             for k, e in list(leaf.items()):
                 t = e[1]
-                if t is not None and t < now and k not in groups:
+                if t is not None and k not in groups and is_due(t, now):
                     out.extend(self._call(leaf, k, e[2], iter(()), pt, wm, True))
         if touched:
             self._save(d, touched)
@@ -448,19 +329,18 @@ class _Processor(StatefulProcessor, Calls):
             return
         pt, wm = self.times(timerValues)
         d = self._load_dir()
-        idle = self.plan.initial_idle_timeout_ms
+        conf, idle = self.plan.timeout, self.plan.initial_idle_timeout_ms
         for lid, blob in zip(initialState.iloc[:, 1].tolist(), initialState.iloc[:, 2].tolist()):  # bucket, leaf, blob
             entries = pickle.loads(blob)
-            if idle is not None and self.timers:
+            if idle is not None:  # the leaves were built without the first batch's time (engine._initial_leaves)
                 for e in entries.values():
-                    if e[1] is None:
-                        e[1] = pt + idle
+                    e[1] = initial_timeout(conf, e[1], idle, pt)
             lid = int(lid)
             if lid != 1 and d.leaves.get(1) == [0, None]:
                 del d.leaves[1]  # the initial layout covers the bucket: it replaces the empty root
-            d.leaves[lid] = [len(entries), _min_timeout(entries)]
+            d.leaves[lid] = [len(entries), min_timeout(entries)]
             if entries:
-                self.leaf_state.updateValue((lid,), (pickle.dumps(entries, _PICKLE),))
+                self.leaf_state.updateValue((lid,), (pickle.dumps(entries, PICKLE_PROTOCOL),))
         self._arm(d, self.now(pt, wm))
         self.dir_state.update((d.dumps(),))
 
@@ -529,113 +409,3 @@ def _packer(bucket_pos: int) -> Any:
             yield from cut(chunk)
 
     return pack
-
-
-def _initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_rows: int) -> "DataFrame":
-    """Group an initial-state DataFrame (engine layout) into whole leaves, one row per leaf."""
-    from pyspark.sql import functions as F
-
-    n_keys = len(plan.key_columns)
-    key_cols = [initial_key_column(i) for i in range(n_keys)]
-    h = F.xxhash64(*[F.col(c) for c in key_cols])
-    with_hash = initial.select("*", F.pmod(h, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN), h.alias(HASH_COLUMN))
-    fields = list(plan.state_codec.fields)
-    has_timeout = plan.initial_has_timeout
-    no_timeout = plan.timeout.value == "NoTimeout"
-    operator = plan.operator
-    single = n_keys == 1
-
-    def build(table: Any) -> Any:
-        import pyarrow as pa
-
-        codec = plan.state_codec  # the plan, not the codec, is captured: it reaches the worker guarded
-        rows = table.to_pylist()
-        entries: dict = {}
-        bucket = None
-        for r in rows:
-            bucket = r[BUCKET_COLUMN]
-            k = r[key_cols[0]] if single else tuple(r[c] for c in key_cols)
-            value = codec.decode_columns(tuple(r[f] for f in fields))
-            try:
-                cols = codec.encode_columns(value)
-            except Exception as exc:
-                raise StateSchemaError(f"{operator}: the initial state of key {k!r} cannot be stored: {exc}") from None
-            t = r.get("timeout_ms") if has_timeout and not no_timeout else None
-            entries[k] = [cols, t, r[HASH_COLUMN]]
-        leaves = build_leaves(entries, leaf_rows)
-        out_b, out_l, out_blob = [], [], []
-        for lid, ents in leaves.items():  # empty leaves too: together they cover the bucket
-            out_b.append(bucket)
-            out_l.append(lid)
-            out_blob.append(pickle.dumps(ents, _PICKLE))
-        return pa.table({BUCKET_COLUMN: pa.array(out_b, pa.int32()), LEAF_COLUMN: pa.array(out_l, pa.int64()),
-                         BLOB_COLUMN: pa.array(out_blob, pa.binary())})
-
-    schema = StructType([
-        StructField(BUCKET_COLUMN, IntegerType(), True),
-        StructField(LEAF_COLUMN, LongType(), True),
-        StructField(BLOB_COLUMN, BinaryType(), True),
-    ])
-    return with_hash.groupBy(BUCKET_COLUMN).applyInArrow(build, schema)
-
-
-class BatchedEngine(Engine):
-    """Runs a plan with ``transformWithStateInPandas`` grouped by hash bucket (see module doc).
-
-    ``buckets``: how many groups keys are hashed into (fixed for the life of a checkpoint);
-    ``leaf_rows``: the most keys a leaf holds before it splits; ``pack``: cut the input into
-    per-bucket Arrow blobs before the shuffle (faster batches, one more Python worker per core
-    for the packing step; an input with an event-time watermark column is never packed).
-    """
-
-    name = "batched"
-
-    def __init__(self, buckets: int = 64, leaf_rows: int = 64, pack: bool = True) -> None:
-        if int(buckets) < 1 or int(leaf_rows) < 1:
-            raise ConfigError(f"batched engine: buckets and leaf_rows must be 1 or more, got {buckets}, {leaf_rows}")
-        self.buckets = int(buckets)
-        self.leaf_rows = int(leaf_rows)
-        self.pack = bool(pack)
-
-    def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
-        from pyspark.sql import functions as F
-
-        if plan.state_ttl_ms is not None:
-            raise ConfigError(
-                f"{plan.operator}: state_ttl is not supported by the batched engine (it relies on Spark's per-key"
-                " value-state TTL). Pass engine='tws', or expire state with a timeout."
-            )
-        clash = [c for c in df.columns if c in (BUCKET_COLUMN, HASH_COLUMN)]
-        if clash:
-            raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
-        h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
-        bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
-        if not self.pack or (df.isStreaming and has_watermark(df)):
-            # Spark drops input rows behind the watermark inside the stateful operator, by the
-            # column that carries it; packed rows would hide that column. So an event-time
-            # input goes in row by row (pandas), and Spark's late-row rule stays exactly its own.
-            # (Likewise with pack=False.)
-            # longs travel as strings: pandas would turn a long column with a null into float64
-            values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
-                      else F.col(f"`{f.name}`") for f in df.schema.fields]
-            data = df.select(*values, h.alias(HASH_COLUMN), bucket)
-            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
-                                                    StructField(BUCKET_COLUMN, IntegerType(), True)])
-            tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-            processor = _Processor(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
-        else:
-            cols = [F.col(f"`{c}`") for c in df.columns]
-            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
-            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
-            processor = _Processor(plan, self.buckets, self.leaf_rows, schema)
-        init = None
-        if initial_state is not None:
-            init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
-        return data.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
-            statefulProcessor=processor,
-            outputStructType=plan.output_schema,
-            outputMode="Append" if plan.output_mode == "append" else "Update",
-            timeMode=time_mode(plan),
-            initialState=init,
-            eventTimeColumnName=plan.event_time_column or "",
-        )

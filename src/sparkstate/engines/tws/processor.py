@@ -1,39 +1,28 @@
-"""The engine on PySpark's ``transformWithState`` (Row API), RocksDB state store.
+"""The tws engine's StatefulProcessor (PySpark's ``transformWithState``, Row API), run per key.
 
-One value-state variable per key holds the state *and* its pending timeout, so a key costs one
-``get`` and (only when something changed) one ``update`` or ``clear``; timers are touched only
-when the timeout changes, and are never listed. A timer is registered at ``timeout + 1``
-because transformWithState fires timers at or before the clock while GroupState times out
-strictly before it.
+One value-state variable per key holds the state *and* its pending timeout (layout 2, see
+:mod:`.layout`), so a key costs one ``get`` and (only when something changed) one ``update`` or
+``clear``; timers are touched only when the timeout changes, and are never listed. Which timer
+fires a timeout, and when a key is due, are :mod:`sparkstate.group_state`'s rules.
 
-The row (``base.STATE_ROW_SCHEMA``) has one schema for every state type: the type tag of the
-state's columns, the column values pickled, the timeout. Spark therefore never sees the state
-type change (under ``unsaferow`` it would refuse any change); a row written under another
-state type is re-laid by field name when read, and the decoder fills defaults.
+A row written under another state type is re-laid by field name when read, and the decoder
+fills defaults.
 """
 
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from pyspark.sql.streaming import StatefulProcessor
 
-from ..group_state import GroupStateTimeout, Outcome, is_due, run_call
-from ..types import tag_fields, type_tag
-from ._calls import Calls, time_mode
-from .columns import row_fixer
-from .base import (LEGACY_GUARD_SCHEMA, LEGACY_STATE_VARIABLE, PICKLE_PROTOCOL, STATE_ROW_SCHEMA, STATE_VARIABLE,
-                   Engine, StatePlan, initial_key_column)
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
-
-def relay(stored: tuple[str, ...], current: tuple[str, ...]) -> tuple[int | None, ...]:
-    """Where each current field sits among the stored ones (None: not stored, reads as null)."""
-    pos = {n: i for i, n in enumerate(stored)}
-    return tuple(pos.get(n) for n in current)
+from ...group_state import Outcome, initial_timeout, is_due, run_call, timer_for
+from ...types import tag_fields, type_tag
+from .._calls import Calls, time_mode
+from .._fit import relay
+from ..base import PICKLE_PROTOCOL, StatePlan
+from ..columns import row_fixer
+from .layout import LEGACY_GUARD_SCHEMA, LEGACY_STATE_VARIABLE, STATE_ROW_SCHEMA, STATE_VARIABLE
 
 
 class _Processor(StatefulProcessor, Calls):
@@ -81,25 +70,25 @@ class _Processor(StatefulProcessor, Calls):
         return self.group_state(value, exists, pt, wm, timed_out)
 
     def _store(self, key: Any, exists: bool, value: Any, timeout_ms: int | None) -> None:
-        if not exists and timeout_ms is None:
-            self.vs.clear()
-            return
         blob = pickle.dumps(self.encode_state(key, value), PICKLE_PROTOCOL) if exists else None
         self.vs.update((self.tag, blob, timeout_ms))
 
-    def _commit(self, key: Any, outcome: Outcome, old_timeout: int | None, fired: bool, now: int) -> list:
+    def _commit(self, key: Any, outcome: Outcome, old_timeout: int | None, fired: bool, now: int | None) -> list:
         if outcome.write:
-            self._store(key, outcome.exists, outcome.value, outcome.timeout_ms)
+            if outcome.delete:
+                self.vs.clear()
+            else:
+                self._store(key, outcome.exists, outcome.value, outcome.timeout_ms)
             new = outcome.timeout_ms
             if self.timers and new != old_timeout:
                 if old_timeout is not None and not fired:
-                    self.handle.deleteTimer(old_timeout + 1)
+                    self.handle.deleteTimer(timer_for(old_timeout))
                 if new is not None:
-                    self.handle.registerTimer(new + 1)
+                    self.handle.registerTimer(timer_for(new))
         elif fired and outcome.timeout_ms is not None:
             # The same, already due, timeout was set again in a timeout call: Spark deletes the
             # timer that just fired, so arm one for the next batch, where the key is due again.
-            self.handle.registerTimer(now + 1)
+            self.handle.registerTimer(timer_for(outcome.timeout_ms, now))
         return self.encode_outputs(key, outcome.outputs)
 
     # -- the transformWithState callbacks ----------------------------------------------------
@@ -114,7 +103,7 @@ class _Processor(StatefulProcessor, Calls):
             self.plan.func, k, values, state, flat=self.plan.flat,
             old_timeout_ms=old_timeout, keep_expired_state=self.plan.keep_expired_state,
         )
-        return iter(self._commit(k, outcome, old_timeout, False, 0))
+        return iter(self._commit(k, outcome, old_timeout, False, None))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         value, exists, old_timeout = self._load()
@@ -134,35 +123,13 @@ class _Processor(StatefulProcessor, Calls):
         n_keys = len(self.plan.key_columns)
         cols = tuple(initialState[n_keys: n_keys + self.n_state])
         value = self.codec.decode_columns(cols)
-        timeout = initialState[n_keys + self.n_state] if self.plan.initial_has_timeout else None
-        if timeout is None and self.plan.initial_idle_timeout_ms is not None:
-            timeout = self.times(timerValues)[0] + self.plan.initial_idle_timeout_ms
-        if self.plan.timeout is GroupStateTimeout.NoTimeout:
-            timeout = None
+        stored = initialState[n_keys + self.n_state] if self.plan.initial_has_timeout else None
+        timeout = initial_timeout(self.plan.timeout, stored, self.plan.initial_idle_timeout_ms,
+                                  self.times(timerValues)[0])
         k = self._key(key)
         self._store(k, True, value, timeout)
         if self.timers and timeout is not None:
-            self.handle.registerTimer(timeout + 1)
+            self.handle.registerTimer(timer_for(timeout))
 
     def close(self) -> None:
         pass
-
-
-class TransformWithStateEngine(Engine):
-    """Runs a plan with ``groupBy(keys).transformWithState`` (PySpark >= 4.1)."""
-
-    name = "tws"
-
-    def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
-        grouped = df.groupBy(*plan.key_columns)
-        init = None
-        if initial_state is not None:
-            init = initial_state.groupBy(*[initial_key_column(i) for i in range(len(plan.key_columns))])
-        return grouped.transformWithState(
-            statefulProcessor=_Processor(plan, df.schema),
-            outputStructType=plan.output_schema,
-            outputMode="Append" if plan.output_mode == "append" else "Update",
-            timeMode=time_mode(plan),
-            initialState=init,
-            eventTimeColumnName=plan.event_time_column or "",
-        )

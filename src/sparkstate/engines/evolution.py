@@ -1,5 +1,9 @@
 """Which changes to a state type keep the old state, and a field-by-field diff when one does not.
 
+The rules are the same for every engine; what is stored is read through the engine that wrote
+the checkpoint (:mod:`sparkstate.engines.checkpoint`). Used by the operators' ``checkpoint=``
+check and by :mod:`sparkstate.state`.
+
 Compatible (the old state is kept on restart): adding a field that has a default or is
 ``Optional`` (old rows read it as null and the decoder applies the default), removing a field,
 widening a number (int -> long -> float -> double). Anything else (a field renamed or added
@@ -39,6 +43,7 @@ from pyspark.sql.types import (
 
 from ..errors import StateSchemaError
 from ..types import is_dataclass_type
+from .checkpoint import has_state, stored_layout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,14 +134,8 @@ def _diff_type(path: str, old: DataType, new: DataType, defaulted: set[str]) -> 
     return [FieldChange(path, "type changed", o, n, False)]
 
 
-def check_compatible(
-    spark: "SparkSession",
-    checkpoint: str | os.PathLike,
-    key_schema: StructType,
-    state_schema: StructType,
-    state_type: Any = None,
-    engine: str | None = None,
-) -> list[FieldChange]:
+def check_compatible(spark: "SparkSession", checkpoint: str | os.PathLike, key_schema: StructType,
+                     state_schema: StructType, state_type: Any = None, engine: str | None = None) -> list[FieldChange]:
     """Compare the state stored in ``checkpoint`` with a query's key and state schemas.
 
     Returns the (compatible) changes; raises :class:`StateSchemaError` listing every field-level
@@ -144,21 +143,26 @@ def check_compatible(
     committed state passes. ``engine``: the engine the query runs on; state written by another
     engine (another layout) is refused.
     """
-    from .read import _sparkstate_operator, has_state, stored_schemas
+    return check_checkpoint(spark, checkpoint, key_schema, state_schema, state_type, engine)[1]
 
+
+def check_checkpoint(
+    spark: "SparkSession",
+    checkpoint: str | os.PathLike,
+    key_schema: StructType,
+    state_schema: StructType,
+    state_type: Any = None,
+    engine: str | None = None,
+) -> tuple[str | None, list[FieldChange]]:
+    """As :func:`check_compatible`, also returning the name of the engine that wrote the state
+    (``None`` for a checkpoint without committed state)."""
     if not has_state(checkpoint):
-        return []
-    op = _sparkstate_operator(spark, checkpoint)
-    written_by = op["engine"]
-    if written_by == "tws" and op["layout"] == 1:
-        raise StateSchemaError(
-            f"the state in checkpoint {checkpoint} was written by an earlier sparkstate release, which kept the"
-            " state's fields as Spark columns (and needed the Avro state encoding); this release keeps each key's"
-            " state in one encoded row, which works under either encoding and beside Spark's own stateful"
-            " operators. Move the state: export it (`sparkstate state export CHECKPOINT state.parquet` or"
-            " ss.state.export) and start the query on a new checkpoint with"
-            " initial_state=spark.read.parquet(\"state.parquet\")."
-        )
+        return None, []
+    stored = stored_layout(spark, checkpoint)
+    refusal = stored.restart_refusal()
+    if refusal is not None:
+        raise StateSchemaError(f"the state in checkpoint {checkpoint} {refusal}")
+    written_by = stored.engine
     if engine is not None and written_by != engine:
         raise StateSchemaError(
             f"the state in checkpoint {checkpoint} was written by the {written_by!r} engine and this query runs on"
@@ -167,7 +171,7 @@ def check_compatible(
             " state.parquet`) and start the new query on a new checkpoint with"
             " initial_state=spark.read.parquet(\"state.parquet\")."
         )
-    old_key, old_states = stored_schemas(spark, checkpoint)
+    old_key, old_states = stored.schemas()
     key_changes = [
         FieldChange(f"key {c.path}", c.change if c.change != "added without a default" else "added", c.old, c.new, False)
         for c in diff_schemas(old_key, key_schema)
@@ -190,7 +194,7 @@ def check_compatible(
             " or ss.state.export), reshape the Parquet to the new fields, and start the new query on a new"
             " checkpoint with initial_state=spark.read.parquet(\"state.parquet\")."
         )
-    return changes
+    return written_by, changes
 
 
 def key_struct(df_schema: StructType, keys: tuple[str, ...]) -> StructType:

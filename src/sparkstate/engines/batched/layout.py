@@ -1,0 +1,206 @@
+"""How the batched engine stores state, and how the state tools read it back.
+
+Layout (all of it in Spark's state store, so checkpoints, recovery and the state tools work
+as for any transformWithState query):
+
+- Keys are hashed (``xxhash64`` of the key columns, computed by Spark) into ``buckets``
+  buckets; the bucket is transformWithState's grouping key, so one Python call serves every
+  key of a bucket that has input in the micro-batch. The input is packed before the shuffle
+  (:func:`.engine._packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
+  shuffle nor PySpark's row-by-row feeding of the processor sees individual events; an input
+  with an event-time watermark column goes in unpacked, so that Spark still drops its late rows.
+- A bucket's keys live in *leaves*: a map state ``sparkstate_leaves`` from leaf id to one
+  binary value holding up to ``leaf_rows`` (64) keys (their encoded state, pending timeout and
+  hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
+  so leaves stay small however many keys the state holds: a batch reads and rewrites only
+  the leaves its keys fall in, never the untouched rest of the bucket.
+- A value state ``sparkstate_dir`` per bucket holds the directory: each leaf's key count and
+  earliest pending timeout, the state's field names (for schema evolution) and the bucket's
+  one registered timer (the earliest timeout of all its keys).
+
+A micro-batch costs, per bucket with input, one directory read and write, and per touched
+leaf one read and one write; the user's function runs for each key in a plain Python loop.
+Timeouts of keys without input are found from the directory (only leaves holding a due
+timeout are read) when the bucket has input or its timer fires.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from ...errors import StateSchemaError
+from .._fit import relayer
+from ..base import PICKLE_PROTOCOL, StoredLayout, records_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+ENGINE = "batched"
+BUCKET_COLUMN = "_sparkstate_bucket"
+HASH_COLUMN = "_sparkstate_hash"
+DIR_VARIABLE = "sparkstate_dir"
+LEAF_VARIABLE = "sparkstate_leaves"
+LAYOUT_VERSION = 1
+_MAX_DEPTH = 32  # leaves split on the upper 32 bits of the 64-bit key hash
+
+DIR_SCHEMA = StructType([StructField("blob", BinaryType(), True)])
+LEAF_KEY_SCHEMA = StructType([StructField("leaf", LongType(), True)])
+LEAF_VALUE_SCHEMA = StructType([StructField("blob", BinaryType(), True)])
+
+
+def leaf_bits(h: int) -> int:
+    """The hash bits leaves split on (the upper half; the bucket uses the whole hash mod B)."""
+    return (h >> 32) & 0xFFFFFFFF
+
+
+def leaf_of(leaves: dict, bits: int) -> int:
+    """The id of the leaf holding a key: leaf ids are ``(1 << depth) | prefix``."""
+    depth = 0
+    while True:
+        lid = (1 << depth) | (bits & ((1 << depth) - 1))
+        if lid in leaves:
+            return lid
+        depth += 1
+        if depth > _MAX_DEPTH:
+            raise StateSchemaError(f"batched engine: no leaf for hash bits {bits:#x}; the directory is damaged")
+
+
+def _depth(lid: int) -> int:
+    return lid.bit_length() - 1
+
+
+def split_leaf(lid: int, entries: dict, max_rows: int) -> dict[int, dict]:
+    """Split a leaf until every part holds at most ``max_rows`` keys (or the hash runs out)."""
+    out: dict[int, dict] = {}
+    todo = [(lid, entries)]
+    while todo:
+        cur, ents = todo.pop()
+        d = _depth(cur)
+        if len(ents) <= max_rows or d >= _MAX_DEPTH:
+            out[cur] = ents
+            continue
+        prefix = cur & ((1 << d) - 1)
+        lo: dict = {}
+        hi: dict = {}
+        for k, e in ents.items():
+            (hi if (leaf_bits(e[2]) >> d) & 1 else lo)[k] = e
+        todo.append(((1 << (d + 1)) | prefix, lo))
+        todo.append(((1 << (d + 1)) | (1 << d) | prefix, hi))
+    return out
+
+
+
+def min_timeout(entries: dict) -> int | None:
+    m = None
+    for e in entries.values():
+        t = e[1]
+        if t is not None and (m is None or t < m):
+            m = t
+    return m
+
+
+@dataclass
+class Directory:
+    """One bucket's directory: leaf id -> [keys, earliest timeout]."""
+
+    buckets: int
+    fields: tuple[str, ...]
+    leaves: dict
+    timer: int | None
+    #: JSON of the key columns' and the state's Spark schemas, for the state tools.
+    key_schema: str
+    state_schema: str
+    #: not stored yet (not saved in the blob)
+    fresh: bool = False
+
+    @staticmethod
+    def new(buckets: int, fields: tuple[str, ...], key_schema: str, state_schema: str) -> "Directory":
+        return Directory(buckets, fields, {1: [0, None]}, None, key_schema, state_schema, True)
+
+    def dumps(self) -> bytes:
+        return pickle.dumps((LAYOUT_VERSION, self.buckets, self.fields, self.leaves, self.timer,
+                             self.key_schema, self.state_schema), PICKLE_PROTOCOL)
+
+    @staticmethod
+    def loads(blob: bytes) -> "Directory":
+        version, *rest = pickle.loads(blob)
+        if version != LAYOUT_VERSION:
+            raise StateSchemaError(f"batched engine: state layout version {version} is not supported (expected {LAYOUT_VERSION})")
+        buckets, fields, leaves, timer, key_schema, state_schema = rest
+        return Directory(buckets, tuple(fields), leaves, timer, key_schema, state_schema)
+
+    def earliest(self) -> int | None:
+        return min((m for _, m in self.leaves.values() if m is not None), default=None)
+
+
+def build_leaves(entries: dict, max_rows: int) -> dict[int, dict]:
+    """The leaves of a bucket holding ``entries`` (key -> [cols, timeout, hash]), from scratch."""
+    return split_leaf(1, entries, max_rows)
+
+
+
+def stored_layout(spark: Any, checkpoint: str, operator: dict[str, Any]) -> StoredLayout | None:
+    """The batched layout of an operator's state (by its state variables), or None."""
+    names = operator["state_variables"]
+    if DIR_VARIABLE in names and LEAF_VARIABLE in names:
+        return Layout1(spark, checkpoint, operator)
+    return None
+
+
+class Layout1(StoredLayout):
+    engine = ENGINE
+    version = LAYOUT_VERSION
+
+    def _directories(self, batch_id: int | None) -> dict[int, Directory]:
+        rows = self.variable(DIR_VARIABLE, batch_id).collect()
+        return {r.key[0]: Directory.loads(r.value.blob) for r in rows}
+
+    @staticmethod
+    def _schemas(dirs: dict[int, Directory]) -> tuple[StructType, StructType]:
+        """The key and state schemas most buckets were last written with (buckets not touched since an
+        upgrade still hold the older one; their rows are matched to it by field name)."""
+        from collections import Counter
+
+        if not dirs:
+            raise StateSchemaError("the checkpoint's state is empty (no key was ever stored)")
+        key_json = Counter(d.key_schema for d in dirs.values()).most_common(1)[0][0]
+        state_json = Counter(d.state_schema for d in dirs.values()).most_common(1)[0][0]
+        return StructType.fromJson(json.loads(key_json)), StructType.fromJson(json.loads(state_json))
+
+    def schema(self) -> tuple[StructType, StructType]:
+        return self._schemas(self._directories(None))
+
+    def schemas(self) -> tuple[StructType, list[StructType]]:
+        dirs = self._directories(None)
+        key, _ = self._schemas(dirs)
+        seen = dict.fromkeys(d.state_schema for d in dirs.values())
+        return key, [StructType.fromJson(json.loads(j)) for j in seen]
+
+    def records(self, batch_id: int | None) -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        dirs = self._directories(batch_id)
+        key_schema, state_schema = self._schemas(dirs)
+        # every bucket's columns are fitted to the target: a leaf re-laid after a type change still
+        # holds the values of keys not called since (an int where the field is now a double)
+        bucket_relayers = {b: relayer(StructType.fromJson(json.loads(d.state_schema)), state_schema)
+                           for b, d in dirs.items()}
+        default_fit = relayer(state_schema, state_schema)
+        single = len(key_schema.fields) == 1
+
+        def decode(row: Any) -> Any:
+            fit = bucket_relayers.get(row[0], default_fit)
+            for k, (cols, timeout, _h) in pickle.loads(row[1]).items():
+                if cols is not None and fit is not None:
+                    cols = fit(cols)
+                keys = (k,) if single else tuple(k)
+                yield (row[2], keys, cols, timeout, cols is not None)
+
+        leaves = self.variable(LEAF_VARIABLE, batch_id).select(
+            F.col("key").getField(BUCKET_COLUMN), "user_map_value.blob", "partition_id")
+        return self.spark.createDataFrame(leaves.rdd.flatMap(decode), records_schema(key_schema, state_schema))

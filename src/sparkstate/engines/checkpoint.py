@@ -1,0 +1,78 @@
+"""Which sparkstate operator a checkpoint holds, and the engine that wrote its state.
+
+Reads Spark's ``state-metadata`` of the checkpoint and asks every registered engine
+(:meth:`~sparkstate.engines.base.Engine.stored_layout`) whether the operator's state is in its
+layout; the one that answers reads it back. Nothing here knows an engine's layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StateSchemaError
+from .base import ENGINES, StoredLayout, get_engine
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def has_state(checkpoint: str | os.PathLike) -> bool:
+    """Whether a checkpoint directory holds committed state (at least one committed batch)."""
+    root = Path(checkpoint)
+    return (root / "state").is_dir() and any((root / "commits").glob("[0-9]*"))
+
+
+def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict[str, Any]]:
+    """The stateful operators of a checkpoint: id, name, partitions, batches, time mode, variables."""
+    rows = spark.read.format("state-metadata").load(str(checkpoint)).collect()
+    out = []
+    for r in rows:
+        props = json.loads(r.operatorProperties) if r.operatorProperties else {}
+        out.append({
+            "operator_id": r.operatorId,
+            "operator": r.operatorName,
+            "partitions": r.numPartitions,
+            "min_batch_id": r.minBatchId,
+            "max_batch_id": r.maxBatchId,
+            "time_mode": props.get("timeMode"),
+            "output_mode": props.get("outputMode"),
+            "state_variables": [v.get("stateName") for v in props.get("stateVariables", [])],
+        })
+    return out
+
+
+def _layout_of(spark: "SparkSession", checkpoint: str, op: dict[str, Any]) -> StoredLayout | None:
+    for name in ENGINES:
+        layout = get_engine(name).stored_layout(spark, checkpoint, op)
+        if layout is not None:
+            op.update(engine=layout.engine, layout=layout.version)
+            return layout
+    return None
+
+
+def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> StoredLayout:
+    """The sparkstate state of ``checkpoint``, as the engine that wrote it reads it back.
+
+    Raises :class:`StateSchemaError` when the checkpoint is missing, has no committed state,
+    holds no sparkstate operator, or several.
+    """
+    if not Path(checkpoint).exists():
+        raise StateSchemaError(f"checkpoint {checkpoint} does not exist")
+    if not has_state(checkpoint):
+        raise StateSchemaError(f"checkpoint {checkpoint} has no committed state yet (no batch has completed)")
+    ops = operators(spark, checkpoint)
+    ours = [layout for op in ops for layout in [_layout_of(spark, str(checkpoint), op)] if layout is not None]
+    if not ours:
+        found = "; ".join(f"{o['operator']} with state {', '.join(o['state_variables']) or '(none listed)'}" for o in ops)
+        raise StateSchemaError(
+            f"checkpoint {checkpoint} does not hold sparkstate state: it has {found or 'no stateful operator'}."
+            " Point at the checkpoint of a query built with sparkstate."
+        )
+    if len(ours) > 1:
+        raise StateSchemaError(
+            f"checkpoint {checkpoint} has {len(ours)} sparkstate operators; reading several is not supported yet"
+        )
+    return ours[0]
