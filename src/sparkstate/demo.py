@@ -11,7 +11,7 @@ How it ends, honestly: no fake "end of input" event is injected. A session is wr
 is finished; the sessions whose end + gap the final watermark (the latest event time minus the
 watermark delay) has not yet passed are *still open*: they stay in the state store, are not in
 the output, and are reported as open. The written sessions are compared with the generator's
-reference sessions finished by that same watermark (:func:`~sparkstate.io.reference_sessions`).
+reference sessions finished by that same watermark (:func:`~sparkstate.synthetic.reference_sessions`).
 
 With ``kafka=`` (``sparkstate demo --kafka``) the same events also go, in the same order, to a
 one-partition topic of a Kafka broker, and the query reads the topic instead of the files

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from ..engines import DEFAULT_ENGINE
 from ..errors import ConfigError
-from ..io.generator import EVENT_SCHEMA
+from ..synthetic.generator import EVENT_SCHEMA
 from ..io.parse import RAW, SOURCE
 from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
 from ..pipelines.visited_pages import PAGES_COLUMN

@@ -350,7 +350,7 @@ def sessionize(
     the events arrive. A key's sessions are its events sorted by ``timestamp`` (at equal times an
     event whose ``last_flag`` is false before one whose flag is true, then by ``data``, null
     first), split where consecutive events are more than ``gap`` apart and after each flagged
-    event: exactly :func:`sparkstate.io.reference_sessions` of the events that were not late.
+    event: exactly :func:`sparkstate.synthetic.reference_sessions` of the events that were not late.
     An event is late when its time is at or behind the watermark (Spark's rule); the watermark
     is ``watermark`` behind the latest event time seen, applied on ``timestamp`` unless the input
     already has one. A key may hold several open sessions (its state, :class:`OpenSession`): an
