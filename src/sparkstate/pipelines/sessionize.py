@@ -41,6 +41,8 @@ LATE_MODES = ("drop", "emit")
 #: on session rows. Its fields: ``reason``, then the input's timestamp, data and last-flag
 #: columns (by their names), then the ``carry`` columns.
 REJECTED = "rejected"
+#: How the reason of a row refused as late (at or behind the watermark) begins.
+LATE_PREFIX = "late:"
 # Internal columns of the operator's input.
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
@@ -191,9 +193,9 @@ class _Sessionizer:
             # Late as Spark counts it, at or behind the watermark; to the millisecond, as sessions are.
             ms = _floor_ms(t)
             if ms < watermark_ms:
-                return f"late: event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
+                return f"{LATE_PREFIX} event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
             if ms == watermark_ms:
-                return f"late: event_time {iso_ms(t)} is at the watermark {iso_ms(watermark_ms)}"
+                return f"{LATE_PREFIX} event_time {iso_ms(t)} is at the watermark {iso_ms(watermark_ms)}"
         return None
 
     def __call__(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
@@ -539,4 +541,4 @@ def sessionize(
     )
 
 
-__all__ = ["LATE_MODES", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]
+__all__ = ["LATE_MODES", "LATE_PREFIX", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]
