@@ -422,6 +422,28 @@ def sessionize(
     u1 12:05:00 12:05:00 ['/help'] timeout
     """
     require_dataframe(events, "sessionize")
+    mode, gap_ms, watermark_ms = _check_settings(time_mode, gap, watermark)
+    emit, carry, skew_ms = _check_columns(events, key, timestamp, data, last_flag, mode, late, carry,
+                                          max_future_skew, emit_on_last)
+    df = _operator_input(events, key, timestamp, data, last_flag, mode, emit, carry, skew_ms, max_future_skew,
+                         watermark_ms)
+    return flat_map_groups_with_state(
+        df,
+        key=key,
+        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
+                          bool(emit_on_last)),
+        state_type=OpenSession,
+        output_type=_output_type(events, key, timestamp, data, last_flag, emit, carry),
+        timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
+        initial_state=initial_state,
+        output_mode="append",
+        engine=engine,
+        checkpoint=checkpoint,
+    )
+
+
+def _check_settings(time_mode: Any, gap: Duration, watermark: Duration) -> tuple[TimeMode, int, int]:
+    """The time mode, gap and watermark delay (ms), checked."""
     mode = str(time_mode).lower() if isinstance(time_mode, str) else time_mode
     if mode not in TIME_MODES:
         raise ConfigError(f"sessionize: time_mode must be 'event' or 'processing', got {time_mode!r}")
@@ -432,6 +454,13 @@ def sessionize(
         raise ConfigError(str(exc)) from None
     if watermark_ms < 0:
         raise ConfigError(f"sessionize: watermark must be zero or positive, got {watermark!r}")
+    return mode, gap_ms, watermark_ms
+
+
+def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
+                   mode: TimeMode, late: Any, carry: Sequence[str] | str, max_future_skew: Duration | None,
+                   emit_on_last: bool) -> tuple[bool, list[str], int | None]:
+    """The columns and the options that depend on them, checked: (emit, carry columns, max future skew ms)."""
     _check_column(events, key, "key")
     _check_column(events, data, "data")
     if last_flag is not None:
@@ -468,7 +497,14 @@ def sessionize(
         if events.isStreaming and has_watermark(events):
             raise ConfigError("sessionize: max_future_skew must keep far-future rows out of the watermark, but the input"
                               " already has one; let sessionize define it (pass watermark=..., no withWatermark)")
+    return emit, carry, skew_ms
 
+
+def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
+                    mode: TimeMode, emit: bool, carry: list[str], skew_ms: int | None,
+                    max_future_skew: Duration | None, watermark_ms: int) -> DataFrame:
+    """The rows the group function gets: ``(key, timestamp, data, last_flag)``, then with ``emit`` the
+    reject reason, the carried columns and the (null) column carrying the watermark."""
     df = events
     ts = F.col(timestamp) if timestamp is not None else None
     reject = F.lit(None).cast("string")
@@ -510,7 +546,12 @@ def sessionize(
         cols += [F.col(c).alias(c, metadata={}) for c in carry]
         if mode == "event" and df.isStreaming:
             cols.append(F.lit(None).cast("timestamp").alias(_WATERMARK, metadata={WATERMARK_DELAY_KEY: delay_ms}))
-    df = df.select(*cols)
+    return df.select(*cols)
+
+
+def _output_type(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
+                 emit: bool, carry: list[str]) -> StructType:
+    """The sessions' columns, then with ``emit`` the :data:`REJECTED` struct."""
     fields = [
         StructField(key, events.schema[key].dataType, True),
         StructField("session_start", TimestampType(), True),
@@ -526,19 +567,7 @@ def sessionize(
                   StructField(last_flag or "is_last", BooleanType(), True)]
         record += [StructField(c, events.schema[c].dataType, True) for c in carry]
         fields.append(StructField(REJECTED, StructType(record), True))
-    return flat_map_groups_with_state(
-        df,
-        key=key,
-        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
-                          bool(emit_on_last)),
-        state_type=OpenSession,
-        output_type=StructType(fields),
-        timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
-        initial_state=initial_state,
-        output_mode="append",
-        engine=engine,
-        checkpoint=checkpoint,
-    )
+    return StructType(fields)
 
 
 __all__ = ["LATE_MODES", "LATE_PREFIX", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]
