@@ -3,6 +3,7 @@
 What ``sparkstate run`` does::
 
     check   the checkpoint: made by this pipeline (its marker file), state that fits   nothing written yet
+    pipeline = JOB_PIPELINES[config.pipeline]   its declaration: schema, output mode, refusals, marker
     source  = open_source(spark, config.source, schema=<the pipeline's>, fmt=config.format)
     output  = <pipeline>(source.events, ...)        validated here; rows it refuses carry a reason
     query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
@@ -28,7 +29,6 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import functions as F
@@ -110,11 +110,6 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
 
 
 # --- the checkpoint: whose is it? ----------------------------------------------------------------
-
-def _started(ck: Path) -> bool:
-    """Whether a checkpoint directory holds a query's progress (planned or committed batches)."""
-    return any(p.name.isdigit() for d in ("offsets", "commits") if (ck / d).is_dir() for p in (ck / d).iterdir())
-
 
 def check_checkpoint(config: JobConfig) -> None:
     """Refuse a checkpoint another job made, before anything is read or written.
