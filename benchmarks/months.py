@@ -1,6 +1,6 @@
 """``python -m benchmarks.months``: months of event time through sessionize, in bounded wall time.
 
-The generator with a daily cycle (:mod:`sparkstate.io.generator`, ``cycle=daily``): in each
+The generator with a daily cycle (:mod:`sparkstate.synthetic.stream`, ``cycle=daily``): in each
 47-minute round of event time only the users active at that time of day click (from
 ``--trough`` of ``--users`` at 04:00 UTC up to all of them at 16:00), and the population moves on
 by ``--churn`` users a day, so ``--days`` days meet ``users + days * churn`` users. The job is
@@ -68,14 +68,14 @@ class MonthsConfig:
 
     @property
     def stream(self) -> Any:
-        from sparkstate.io.generator import StreamConfig
+        from sparkstate.synthetic import StreamConfig
 
         return StreamConfig.from_options(dict(kv.split("=", 1) for kv in self.generator.split(",")) | {"rate": "1"})
 
     @property
     def events(self) -> int:
         """Records covering ``days`` days of event time: every round that starts before the end."""
-        from sparkstate.io.generator import DAY_MS, _round_offsets
+        from sparkstate.synthetic.stream import DAY_MS, _round_offsets
 
         cfg = self.stream
         rounds = math.ceil(self.days * DAY_MS / cfg.round_span_ms)
@@ -93,7 +93,7 @@ def _hour(ms: int) -> float:
 def follow_figures(config: MonthsConfig, marks: list[tuple[int, int]]) -> list[dict[str, Any]]:
     """For each ``(end index, watermark ms)``: users met so far, the users active in the rounds
     from the watermark's to the last event's, and the active share at the watermark."""
-    from sparkstate.io.generator import active_share, active_users, instant_ms, stream_records
+    from sparkstate.synthetic.stream import active_share, active_users, instant_ms, stream_records
 
     cfg = config.stream
     start = instant_ms(cfg.start)

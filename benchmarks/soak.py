@@ -47,7 +47,7 @@ relative to its mean; and the checks (all must pass, else the exit code is 1):
 ``keeps_up``        events/s read over the last third >= (1 - ``--rate-tolerance``) x rate
 ``expired_state``   at every state sample and at the end, the keys in the checkpoint are
                     exactly the users whose session is still open by the reference
-                    (:func:`~sparkstate.io.generator.reference_sessions` over the records that
+                    (:func:`~sparkstate.synthetic.reference_sessions` over the records that
                     batch had read, at its watermark), and at the end each has a pending
                     timeout (its session's end + gap) not yet due: expired sessions leave
                     nothing behind
@@ -463,7 +463,7 @@ def open_users_at(config: SoakConfig, marks: Sequence[tuple[int, int]]) -> list[
     any other once the watermark is beyond its last event + gap (``reference_sessions``' rule).
     """
     from sparkstate.durations import instant_ms, positive_ms
-    from sparkstate.io.generator import stream_records
+    from sparkstate.synthetic import stream_records
     from sparkstate.io.sources import parse_source
 
     gen = parse_source(config.source).generator
@@ -499,7 +499,7 @@ def verify_state_and_output(spark: Any, config: SoakConfig, checkpoint: Path, ou
     """The ``expired_state`` and ``output_exact`` checks, and the figures behind them."""
     import sparkstate as ss
     from sparkstate.durations import positive_ms
-    from sparkstate.io.generator import Session, reference_sessions, stream_records
+    from sparkstate.synthetic import Session, reference_sessions, stream_records
     from sparkstate.io.sources import parse_source
 
     batch = last_commit(checkpoint)

@@ -54,7 +54,7 @@ def test_demo_writes_sessions_and_its_summary_matches_them(spark, tmp_path, caps
 
 def _open_events(out: Path, summary: dict) -> int:
     """Events of the sessions the demo reports as still open (from the generator's reference)."""
-    from sparkstate.io import read_events, reference_sessions
+    from sparkstate.synthetic import read_events, reference_sessions
 
     events = read_events(sorted((out / "input").glob("part-*.json")))
     finished = set(reference_sessions(events, summary["gap"], watermark=_ms(summary["final_watermark"])))
@@ -96,7 +96,7 @@ def _utc(iso: str):
 
 
 def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_path, capsys):
-    from sparkstate.io import Session, generate_events, read_events, reference_sessions, write_events
+    from sparkstate.synthetic import Session, generate_events, read_events, reference_sessions, write_events
 
     files = write_events(generate_events(300, users=6, seed=22), tmp_path / "in", files=3)
     events = read_events(files)

@@ -2,7 +2,7 @@
 
 Keyed state across micro-batches with per-key timeouts (processing and event time), initial
 state, and state that survives restarts and schema changes, on PySpark's transformWithState
-and the RocksDB state store. The public names are those of ``api.md``.
+and the RocksDB state store. The public names are those of ``docs/api.md`` (the API reference).
 """
 
 from . import pipelines, state, testing

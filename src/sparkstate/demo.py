@@ -1,21 +1,21 @@
 """The demo job: generated clicks -> event-time sessionization -> Parquet, checked against the truth.
 
 What ``sparkstate demo`` runs, as one library call. The generator writes its events into
-``OUT/input`` as several JSON-lines files; a file stream reads them one file per micro-batch;
-:func:`sparkstate.pipelines.sessionize` (event time) turns them into sessions written to
-``OUT/sessions`` (Parquet, Spark's exactly-once file sink) with the checkpoint in
-``OUT/checkpoint``. The run ends by itself once all files are processed and the last
-watermark advance has fired its timeouts (an event-time query goes idle then).
+``OUT/input`` as several JSON-lines files; the ``sessionize`` job
+(:func:`~sparkstate.jobs.run_pipeline`, as ``sparkstate run sessionize --once`` runs it) reads
+them one file per micro-batch and writes the sessions to ``OUT/sessions`` (Parquet, Spark's
+exactly-once file sink) with the checkpoint in ``OUT/checkpoint``. The run ends once all files
+are processed and the last watermark advance has fired its timeouts (the job is caught up).
 
 How it ends, honestly: no fake "end of input" event is injected. A session is written once it
 is finished; the sessions whose end + gap the final watermark (the latest event time minus the
 watermark delay) has not yet passed are *still open*: they stay in the state store, are not in
 the output, and are reported as open. The written sessions are compared with the generator's
-reference sessions finished by that same watermark (:func:`~sparkstate.io.reference_sessions`).
+reference sessions finished by that same watermark (:func:`~sparkstate.synthetic.reference_sessions`).
 
 With ``kafka=`` (``sparkstate demo --kafka``) the same events also go, in the same order, to a
-one-partition topic of a Kafka broker, and the query reads the topic instead of the files
-(Spark's Kafka source, as many offsets per micro-batch as a file holds): same batches, same
+one-partition topic of a Kafka broker, and the job reads the topic instead of the files
+(``kafka:`` source, as many offsets per micro-batch as a file holds): same batches, same
 sessions, same check.
 """
 
@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .durations import Duration
 from .errors import ConfigError
-from .io.generator import EVENT_SCHEMA, Session, generate_events, reference_sessions, write_events
-from .jobs.control import stop_after_current_batch
-from .pipelines.sessionize import sessionize
+from .jobs import JobConfig, JobResult, run_pipeline
+from .synthetic import Session, generate_events, reference_sessions, write_events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from .observe.metrics import BatchMetrics, RunTotals
 
 #: Marks a directory as made by the demo, so a new run may clear its old subdirectories.
 MARKER = ".sparkstate-demo"
@@ -129,47 +130,19 @@ def _open_sessions(spark: Any, checkpoint: Path) -> int:
     return int(n.first()[0] or 0)
 
 
-def _batch_info(progress: Any) -> BatchInfo:
-    ops = progress.stateOperators or []
-    return BatchInfo(
-        batch_id=progress.batchId,
-        input_rows=progress.numInputRows,
-        watermark=(progress.eventTime or {}).get("watermark"),
-        state_rows=ops[0].numRowsTotal if ops else None,
-    )
-
-
-def _progress_listener(query_id: Callable[[], Any], on_batch: Callable[[BatchInfo], None]) -> Any:
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class _Listener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            if str(event.progress.id) == str(query_id()):
-                on_batch(_batch_info(event.progress))
-
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-    return _Listener()
-
-
 def _parse_watermark(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
-def _kafka_stream(spark: "SparkSession", kafka: Any, input_dir: Path, seed: int, per_batch: int) -> Any:
-    """The input files' lines, in order, produced to a new one-partition topic; the topic as a stream of events."""
-    import uuid
+#: The demo job's trigger: a short interval, as the demo's input is all there at the start.
+TRIGGER = "50 milliseconds"
 
-    from pyspark.sql import functions as F
+
+def _kafka_source(spark: "SparkSession", kafka: Any, input_dir: Path, seed: int) -> str:
+    """The input files' lines, in order, produced to a new one-partition topic; its ``kafka:`` spec."""
+    import uuid
 
     from .io.connectors import require_kafka_connector
 
@@ -178,10 +151,27 @@ def _kafka_stream(spark: "SparkSession", kafka: Any, input_dir: Path, seed: int,
     kafka.create_topic(topic, 1)
     lines = [line for f in sorted(input_dir.glob("*.json")) for line in f.read_text().splitlines() if line]
     kafka.produce(topic, lines)
-    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
-           .option("subscribe", topic).option("startingOffsets", "earliest")
-           .option("maxOffsetsPerTrigger", per_batch).load())
-    return raw.select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e")).select("e.*")
+    return f"kafka:{kafka.bootstrap}/{topic}"
+
+
+def _job(spark: "SparkSession", root: Path, seed: int, gap: Duration, watermark: Duration, kafka: Any,
+         per_batch: int) -> JobConfig:
+    """The demo as a ``sessionize`` job: one file (or a file's worth of offsets) per micro-batch."""
+    input_dir, sessions_dir, checkpoint_dir = (root / s for s in SUBDIRS)
+    source, options = f"files:{input_dir}", {}
+    if kafka is not None:
+        source, options = _kafka_source(spark, kafka, input_dir, seed), {"startingOffsets": "earliest"}
+    return JobConfig("sessionize", source=source, format="json", sink=f"parquet:{sessions_dir}",
+                     checkpoint=str(checkpoint_dir), gap=gap, time_mode="event", watermark=watermark,  # type: ignore[arg-type]
+                     trigger=TRIGGER, once=True, query_name=f"sparkstate-demo-{seed}", options=options,
+                     max_batch_files=1, max_batch_records=per_batch)
+
+
+def _reporting(on_batch: Callable[[BatchInfo], None]) -> Callable[["BatchMetrics", "RunTotals"], None]:
+    def report(m: "BatchMetrics", totals: "RunTotals") -> None:
+        on_batch(BatchInfo(batch_id=m.batch_id, input_rows=m.rows_in, watermark=m.watermark, state_rows=m.state_rows))
+
+    return report
 
 
 def run_demo(
@@ -212,46 +202,23 @@ def run_demo(
         raise ConfigError(f"demo: events, users and files must be >= 1, got {events}, {users}, {files}")
     started = time.monotonic()
     root = prepare_out_dir(out)
-    input_dir, sessions_dir, checkpoint_dir = (root / s for s in SUBDIRS)
     generated = generate_events(events, users, seed, gap=gap)
-    write_events(generated, input_dir, files=files)
+    write_events(generated, root / "input", files=files)
+    config = _job(spark, root, seed, gap, watermark, kafka, per_batch=-(-len(generated) // files))
+    job = run_pipeline(spark, config, on_batch=None if on_batch is None else _reporting(on_batch))
+    if job.stopped_by == "interrupted":  # Ctrl-C: the running micro-batch committed, the query stopped
+        raise KeyboardInterrupt
+    return _result(spark, root, generated, job, files=files, gap=gap, watermark=watermark, seed=seed,
+                   seconds=time.monotonic() - started)
 
-    if kafka is None:
-        stream = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
-    else:
-        stream = _kafka_stream(spark, kafka, input_dir, seed, per_batch=-(-len(generated) // files))
-    sessions = sessionize(stream, gap=gap, time_mode="event", watermark=watermark)
-    writer = (
-        sessions.writeStream.format("parquet")
-        .option("path", str(sessions_dir))
-        .option("checkpointLocation", str(checkpoint_dir))
-        .outputMode("append")
-        .queryName(f"sparkstate-demo-{seed}")
-    )
-    listener = None
-    holder: dict[str, Any] = {}
-    if on_batch is not None:
-        listener = _progress_listener(lambda: holder.get("id"), on_batch)
-        spark.streams.addListener(listener)
-    try:
-        query = writer.start()
-        holder["id"] = query.id
-        try:
-            # Event time: once the files are read and the last watermark advance has fired its
-            # timeouts, no batch is due and the query is idle; this returns then.
-            query.processAllAvailable()
-            last = query.lastProgress
-        finally:
-            stop_after_current_batch(query)
-    finally:
-        if listener is not None:
-            spark.streams.removeListener(listener)
-    info = _batch_info(last) if last is not None else None
-    final_wm = _parse_watermark(info.watermark if info else None)
 
+def _result(spark: "SparkSession", root: Path, generated: list, job: JobResult, *, files: int, gap: Duration,
+            watermark: Duration, seed: int, seconds: float) -> DemoResult:
+    """What the run wrote (the Parquet output, the state left), compared with the reference sessions."""
+    input_dir, sessions_dir, checkpoint_dir = (root / s for s in SUBDIRS)
     written = [Session.from_row(r) for r in spark.read.parquet(str(sessions_dir)).collect()]
     written.sort(key=lambda s: (s.user_id, s.session_start))
-    expected = reference_sessions(generated, gap, watermark=final_wm or 0)
+    expected = reference_sessions(generated, gap, watermark=_parse_watermark(job.final_watermark) or 0)
     mismatches = [f"written, not in the reference: {s}" for s in set(written) - set(expected)]
     mismatches += [f"in the reference, not written: {s}" for s in set(expected) - set(written)]
     return DemoResult(
@@ -262,16 +229,16 @@ def run_demo(
         input_events=len(generated),
         input_users=len({e.user_id for e in generated}),
         input_files=files,
-        batches=(info.batch_id + 1) if info else 0,
+        batches=job.batches,
         sessions_written=len(written),
         closed_by=dict(sorted(Counter(s.closed_by for s in written).items())),
         users_with_sessions=len({s.user_id for s in written}),
         events_in_sessions=sum(s.event_count for s in written),
         open_sessions=_open_sessions(spark, checkpoint_dir),
-        final_watermark=info.watermark if info else None,
+        final_watermark=job.final_watermark,
         reference_sessions=len(expected),
         matches_reference=written == expected,
-        seconds=round(time.monotonic() - started, 1),
+        seconds=round(seconds, 1),
         gap=str(gap),
         watermark_delay=str(watermark),
         seed=seed,

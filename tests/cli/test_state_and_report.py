@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sparkstate.cli import main
-from sparkstate.io import generate_events, read_events, reference_sessions, write_events
+from sparkstate.synthetic import generate_events, read_events, reference_sessions, write_events
 
 GAP = "1 minute"
 

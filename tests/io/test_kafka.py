@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkstate.io.generator import Session, StreamConfig, reference_sessions, stream_records
+from sparkstate.synthetic import Session, StreamConfig, reference_sessions, stream_records
 from sparkstate.jobs import JobConfig, run_pipeline
 
 GAP = "1 minute"

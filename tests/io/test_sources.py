@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkstate.errors import ConfigError
-from sparkstate.io import generator_source
-from sparkstate.io.generator import (
+from sparkstate.synthetic import generator_source
+from sparkstate.synthetic import (
     EVENT_SCHEMA,
     Event,
     StreamConfig,

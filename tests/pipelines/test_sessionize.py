@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sparkstate.errors import ConfigError
-from sparkstate.io import EVENT_SCHEMA, Session, generate_events, read_events, reference_sessions, write_events
+from sparkstate.synthetic import EVENT_SCHEMA, Session, generate_events, read_events, reference_sessions, write_events
 from sparkstate.pipelines import sessionize
 
 from ..streams import LandingDir, StreamRun

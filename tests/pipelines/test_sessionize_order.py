@@ -3,7 +3,7 @@
 Every test feeds events in an order in which no event is at or behind the watermark of the
 micro-batch that reads it (Spark's watermark: the latest event time of the earlier batches minus
 the delay), and expects exactly the reference sessions of the sorted events
-(:func:`sparkstate.io.reference_sessions`), final at the last watermark. Many orders go through
+(:func:`sparkstate.synthetic.reference_sessions`), final at the last watermark. Many orders go through
 the group function on the no-Spark harness (the same ``run_call`` both engines use); a few go
 through real Spark streams on each engine, one of them restarted from its checkpoint mid-stream.
 """
@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sparkstate.group_state import GroupStateTimeout
-from sparkstate.io import EVENT_SCHEMA, Event, Session, generate_events, reference_sessions
+from sparkstate.synthetic import EVENT_SCHEMA, Event, Session, generate_events, reference_sessions
 from sparkstate.pipelines import sessionize
 from sparkstate.pipelines.sessionize import OpenSession, _Sessionizer
 from sparkstate.testing import GroupStateHarness

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks.soak import verify_state_and_output
-from sparkstate.io.generator import write_lines_in_order
+from sparkstate.synthetic.generator import write_lines_in_order
 from sparkstate.jobs import JobConfig, run_pipeline
 from sparkstate.observe.progress import ProgressDisplay
 

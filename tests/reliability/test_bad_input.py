@@ -38,7 +38,7 @@ import sparkstate as ss
 from sparkstate.cli import main
 from sparkstate.engines import DEFAULT_ENGINE
 from sparkstate.errors import StateSchemaError, explain
-from sparkstate.io import Event, Session, generate_events, reference_sessions
+from sparkstate.synthetic import Event, Session, generate_events, reference_sessions
 from sparkstate.io.sinks import start_sink
 from sparkstate.jobs import JOB_PIPELINES, JobConfig, JobPipeline, run_pipeline
 from sparkstate.pipelines.sessionize import iso_ms
@@ -454,7 +454,7 @@ def _loopback(addr: str) -> bool:
 
 
 def test_sockets_listen_on_localhost_by_default(spark, tmp_path):
-    from sparkstate.io.generator import StreamConfig, serve_events
+    from sparkstate.synthetic import StreamConfig, serve_events
     from sparkstate.io.sources import parse_source
 
     assert parse_source("socket:9999").host == "127.0.0.1"  # a socket source connects to localhost

@@ -39,7 +39,7 @@ import pyspark
 import pytest
 
 import sparkstate
-from sparkstate.io.generator import Session, StreamConfig, reference_sessions, stream_records
+from sparkstate.synthetic import Session, StreamConfig, reference_sessions, stream_records
 from sparkstate.jobs.generate import generate_files
 from tests.streams import committed_files
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkstate.io.generator import Session, StreamConfig, reference_sessions, stream_records
+from sparkstate.synthetic import Session, StreamConfig, reference_sessions, stream_records
 from sparkstate.jobs.generate import generate_files
 from tests.io.pg import postgres_server  # noqa: F401
 from tests.reliability.crash import (

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.months import MonthsConfig, run_months
-from sparkstate.io.generator import active_share, stream_records
+from sparkstate.synthetic.stream import active_share, stream_records
 
 pytestmark = pytest.mark.reliability
 

@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..io.generator import StreamConfig
+    from ..synthetic import StreamConfig
     from ..jobs.generate import generate_files, serve_generated
 
     console = Console(highlight=False)

@@ -17,8 +17,14 @@ from ._terminal import cli_logging, send_process_output_to
 def add_parser(sub: Any) -> None:
     """The ``run`` subcommand (every setting also from env / config file)."""
     from ..jobs.config import PIPELINE_NAMES, JobConfig
+    from ..jobs.pipelines import JOB_PIPELINES
 
     d = JobConfig("sessionize", source="generator")  # the defaults, for the help texts
+    columns = ", ".join(f"{p.name} ({', '.join(p.columns)})" for p in JOB_PIPELINES.values())
+
+    def of(setting: str) -> str:  # which pipelines read a setting, for its help text
+        return " and ".join(p.name for p in JOB_PIPELINES.values() if setting in p.settings)
+
     run = sub.add_parser(
         "run",
         help="run a pipeline from a source to a sink (until Ctrl-C, or --once)",
@@ -29,9 +35,7 @@ def add_parser(sub: Any) -> None:
             " then the defaults. Ctrl-C lets the running micro-batch commit, then stops."
         ),
         epilog=(
-            "pipelines and their input columns: sessionize (user_id, event_time, data, is_last),"
-            " first-last-activity (user, timestamp, activity), running-count (word),"
-            " visited-pages (user_id, page). Example: sparkstate run sessionize --source files:in"
+            f"pipelines and their input columns: {columns}. Example: sparkstate run sessionize --source files:in"
             " --format json --sink parquet:out --checkpoint ck --time-mode event --once"
         ),
     )
@@ -46,18 +50,18 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (needed by file and postgres sinks)")
     run.add_argument("--deadletter", metavar="SPEC", help="sink for malformed records (default: DIR/_deadletter"
                      " beside a file sink; console for console)")
-    run.add_argument("--gap", metavar="DURATION", help=f"sessionize: inactivity that ends a session (default: {d.gap})")
-    run.add_argument("--time-mode", choices=("event", "processing"), help=f"sessionize: (default: {d.time_mode})")
-    run.add_argument("--watermark", metavar="DURATION", help=f"sessionize, event time: allowed lateness"
+    run.add_argument("--gap", metavar="DURATION", help=f"{of('gap')}: inactivity that ends a session (default: {d.gap})")
+    run.add_argument("--time-mode", choices=("event", "processing"), help=f"{of('time_mode')}: (default: {d.time_mode})")
+    run.add_argument("--watermark", metavar="DURATION", help=f"{of('watermark')}, event time: allowed lateness"
                      f" (default: {d.watermark})")
-    run.add_argument("--max-future-skew", metavar="DURATION", help="sessionize, event time: events more than this"
+    run.add_argument("--max-future-skew", metavar="DURATION", help=f"{of('max_future_skew')}, event time: events more than this"
                      " ahead of the processing time go to the dead letters instead of moving the watermark"
                      " (default: no limit)")
     run.add_argument("--emit-on-last", action=argparse.BooleanOptionalAction, default=None,
-                     help="sessionize, event time: write a session ending with an is_last event at once, not when"
+                     help=f"{of('emit_on_last')}, event time: write a session ending with an is_last event at once, not when"
                      " the watermark passes it (only correct for input in event-time order; default: off)")
     run.add_argument("--trigger", metavar="DURATION", help=f"micro-batch interval (default: {d.trigger})")
-    run.add_argument("--initial-state", metavar="PATH", help="visited-pages: Parquet or JSON of user_id,"
+    run.add_argument("--initial-state", metavar="PATH", help=f"{of('initial_state')}: Parquet or JSON of user_id,"
                      " visited_pages to start from (json:PATH / parquet:PATH to say which)")
     run.add_argument("--metrics", metavar="FILE", help="append one JSON line per micro-batch to FILE")
     run.add_argument("--once", action=argparse.BooleanOptionalAction, default=None,

@@ -1,4 +1,6 @@
-"""Sources and sinks around the pipelines: the synthetic clickstream, sources with dead letters.
+"""Sources and sinks around the pipelines: sources with dead letters, sinks written exactly once.
+
+The synthetic clickstream is :mod:`sparkstate.synthetic`; its names are re-exported here too.
 
 >>> from sparkstate.io import generate_events, reference_sessions
 >>> len(reference_sessions(generate_events(20, users=2))) > 0
@@ -8,7 +10,8 @@ True
 'files'
 """
 
-from .generator import (
+# The synthetic clickstream lives in sparkstate.synthetic; its names stay importable from here.
+from ..synthetic import (
     EVENT_SCHEMA,
     Event,
     Record,

@@ -3,13 +3,18 @@
 A sink is named by a short spec string (:func:`parse_sink` -> :class:`SinkSpec`) and started on
 a streaming DataFrame with :func:`start_sink`, which returns the ``StreamingQuery``.
 
+Every sink is written through ``foreachBatch`` by the writer of its kind
+(:func:`sparkstate.io.writers.batch_writer`), the same the jobs write their output and dead
+letters with, so a sink's layout and bookkeeping exist once.
+
 - ``console``: prints each micro-batch for humans (up to 100 rows, values not truncated).
-- ``memory`` / ``memory:NAME``: an in-memory table for tests, ``spark.table(NAME)``; without a
-  name, the query name or ``sparkstate_output``. Spark cannot restart it from a checkpoint.
+- ``memory`` / ``memory:NAME``: an in-memory table for tests, ``spark.table(NAME)`` (a temporary
+  view over every row written so far); without a name, the query name or ``sparkstate_output``.
+  It is not kept across restarts: a checkpoint holding an earlier run is refused.
 - ``parquet:DIR`` / ``json:DIR``: in ``append`` output mode, Spark's exactly-once file sink:
   files plus a ``DIR/_spark_metadata`` log of committed batches, which readers use and which
   makes a replayed batch a no-op. In ``update`` output mode (which Spark's file sink refuses)
-  each micro-batch goes to ``DIR/batch_id=N`` through ``foreachBatch``: written under
+  each micro-batch goes to ``DIR/batch_id=N``: written under
   ``DIR/_sparkstate_tmp`` first, then renamed into place; a batch whose directory exists is
   skipped, so a replay is a no-op too. Reading ``DIR`` then yields an extra ``batch_id``
   column (partition discovery).
@@ -42,15 +47,15 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Union, get_args
 from urllib.parse import urlsplit
 
 from ..durations import Duration, positive_ms
-from ..errors import ConfigError, SinkError
-from .postgres import PostgresBatchWriter, PostgresTarget, mask_url, parse_postgres_url
+from ..errors import ConfigError
+from .postgres import PostgresTarget, mask_url, parse_postgres_url
+from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -67,13 +72,12 @@ OUTPUT_MODES: tuple[str, ...] = get_args(OutputMode)
 ACCEPTED_FORMS = ("console | memory | memory:NAME | parquet:DIR | json:DIR"
                   " | postgres:postgresql://[USER[:PASSWORD]@]HOST[:PORT]/DATABASE/[SCHEMA.]TABLE"
                   " | delta:PATH | kafka:BROKERS/TOPIC")
-#: Console sink: rows shown per micro-batch.
-CONSOLE_ROWS = 100
 #: Memory sink table name when neither the spec nor the query names one.
 DEFAULT_MEMORY_NAME = "sparkstate_output"
 #: Sub-directory of a file sink that holds dead letters by default (ignored by Spark readers: leading ``_``).
 DEADLETTER_DIR = "_deadletter"
-_TMP_DIR = "_sparkstate_tmp"
+#: Sinks that need a checkpoint (what makes their output exactly-once across restarts).
+NEED_CHECKPOINT = ("parquet", "json", "postgres", "delta", "kafka")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -223,8 +227,12 @@ def parse_sink(text: str) -> SinkSpec:
 
 # --- checks on local paths before starting -------------------------------------------------
 
-def _local(path: str) -> Path | None:
-    """A local filesystem path for ``path``, or ``None`` for a remote URI (hdfs://, s3a://...)."""
+def local_path(path: str) -> Path | None:
+    """A local filesystem path for ``path``, or ``None`` for a remote URI (hdfs://, s3a://...).
+
+    >>> local_path("file:///tmp/ck"), local_path("s3a://bucket/ck")
+    (PosixPath('/tmp/ck'), None)
+    """
     scheme = urlsplit(path).scheme
     if scheme in ("", "file") or len(scheme) == 1:  # len 1: a Windows drive letter
         return Path(path[len("file://"):] if path.startswith("file://") else path.removeprefix("file:"))
@@ -237,8 +245,15 @@ def _numbered(directory: Path) -> list[int]:
     return sorted(int(p.name.split(".")[0]) for p in directory.iterdir() if p.name.split(".")[0].isdigit())
 
 
-def _check_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -> None:
-    ck = _local(checkpoint) if checkpoint else None
+def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -> None:
+    """Refuse, before anything starts, what would silently lose or hide output (local paths only).
+
+    A memory sink on a checkpoint with progress (Spark cannot recover it); a file sink directory
+    holding the other layout (append: ``_spark_metadata``; update: ``batch_id=N``); a file sink
+    directory holding committed batches with a new checkpoint (the new query's first batches
+    would be skipped as already written).
+    """
+    ck = local_path(checkpoint) if checkpoint else None
     fresh = ck is not None and not _numbered(ck / "commits") and not _numbered(ck / "offsets")
     if spec.kind == "memory" and ck is not None and not fresh:
         raise ConfigError(f"memory sink: the checkpoint {checkpoint!r} holds an earlier run, and Spark's memory sink"
@@ -246,7 +261,7 @@ def _check_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -> No
                           " test restarts)")
     if not spec.is_file:
         return
-    out = _local(spec.path)
+    out = local_path(spec.path)
     if out is None:
         return
     committed = _numbered(out / "_spark_metadata")
@@ -264,59 +279,6 @@ def _check_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -> No
                           f" checkpoint {checkpoint!r} is new, so the new query's first batches would be"
                           " skipped as already written; use an empty output directory, or the checkpoint"
                           " that wrote it")
-
-
-# --- update mode for file sinks --------------------------------------------------------------
-
-class FileBatchWriter:
-    """``foreachBatch`` function writing each micro-batch to ``DIR/batch_id=N``, exactly once.
-
-    The batch is written to ``DIR/_sparkstate_tmp/batch_id=N-<uuid>`` and renamed into place
-    (atomic on local and HDFS file systems); a batch whose directory already exists was
-    committed before and is skipped. Empty batches write nothing.
-
-    >>> FileBatchWriter("parquet", "/out")
-    FileBatchWriter('parquet', '/out')
-    """
-
-    def __init__(self, fmt: Literal["parquet", "json"], path: str) -> None:
-        self.fmt = fmt
-        self.path = path.rstrip("/") or "/"
-
-    def __repr__(self) -> str:
-        return f"FileBatchWriter({self.fmt!r}, {self.path!r})"
-
-    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        spark = batch_df.sparkSession
-        jvm = spark._jvm  # Hadoop FileSystem: the same code for local, HDFS and object stores
-        HPath = jvm.org.apache.hadoop.fs.Path
-        root = HPath(self.path)
-        fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
-        target = HPath(root, f"batch_id={batch_id}")
-        if fs.exists(target):
-            log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
-            # Still run the batch: a stateful query's state stores must commit it, or Spark fails the query.
-            batch_df.write.format("noop").mode("overwrite").save()
-            return
-        tmp_root = HPath(root, _TMP_DIR)
-        stale = fs.globStatus(HPath(tmp_root, f"batch_id={batch_id}-*")) or []
-        for status in stale:  # left by an attempt that died before its rename
-            fs.delete(status.getPath(), True)
-        batch_df.persist()
-        try:
-            if batch_df.isEmpty():
-                return
-            tmp = HPath(tmp_root, f"batch_id={batch_id}-{uuid.uuid4().hex}")
-            batch_df.write.format(self.fmt).save(tmp.toString())
-        finally:
-            batch_df.unpersist()
-        if not fs.rename(tmp, target):
-            if fs.exists(target):  # another attempt won the race
-                fs.delete(tmp, True)
-                return
-            raise SinkError(f"{self.fmt}:{self.path}: could not move batch {batch_id} from {tmp.toString()}"
-                            f" to {target.toString()}")
-        log.info("%s:%s: batch %d written", self.fmt, self.path, batch_id)
 
 
 # --- starting ------------------------------------------------------------------------------
@@ -349,27 +311,8 @@ def start_sink(
     [1, 2]
     """
     spec = parse_sink(spec) if isinstance(spec, str) else spec
-    if not isinstance(spec, SinkSpec):
-        raise ConfigError(f"start_sink: expected a SinkSpec or a spec string ({ACCEPTED_FORMS}),"
-                          f" got {type(spec).__name__}")
-    if not getattr(df, "isStreaming", False):
-        raise ConfigError(f"start_sink({spec}): expected a streaming DataFrame (spark.readStream...), got"
-                          f" {'a static DataFrame; write it with df.write' if hasattr(df, 'isStreaming') else type(df).__name__}")
-    mode = output_mode.lower() if isinstance(output_mode, str) else output_mode
-    if mode not in OUTPUT_MODES:
-        raise ConfigError(f"start_sink({spec}): output_mode must be 'append' or 'update', got {output_mode!r}")
-    checkpoint = str(checkpoint) if checkpoint is not None else None
-    if checkpoint is None and spec.kind in ("parquet", "json", "postgres", "delta", "kafka"):
-        raise ConfigError(f"start_sink({spec}): a {spec.kind} sink needs checkpoint=DIR (it is what makes the"
-                          " output exactly-once across restarts)")
-    name = query_name
-    if spec.kind == "memory":
-        if spec.name and query_name and spec.name != query_name:
-            raise ConfigError(f"start_sink({spec}): the memory sink's table is the query name; got the name"
-                              f" {spec.name!r} in the spec and query_name={query_name!r}; give one")
-        name = spec.name or query_name or DEFAULT_MEMORY_NAME
-    _check_paths(spec, checkpoint, mode)
-
+    mode, checkpoint, name = _start_settings(df, spec, checkpoint, output_mode, query_name)
+    check_sink_paths(spec, checkpoint, mode)
     writer = df.writeStream.outputMode(mode)
     if trigger is not None:
         try:
@@ -381,29 +324,35 @@ def start_sink(
         writer = writer.queryName(name)
     if checkpoint is not None:
         writer = writer.option("checkpointLocation", checkpoint)
-
-    if spec.kind == "console":
-        writer = writer.format("console").option("truncate", "false").option("numRows", CONSOLE_ROWS)
-    elif spec.kind == "memory":
-        writer = writer.format("memory")
-    elif spec.is_file and mode == "append":
-        writer = writer.format(spec.kind).option("path", spec.path)
-    elif spec.is_file:
-        writer = writer.foreachBatch(FileBatchWriter(spec.kind, spec.path))  # type: ignore[arg-type]
-    elif spec.kind == "delta":
-        from .delta import DeltaBatchWriter
-
-        writer = writer.foreachBatch(DeltaBatchWriter(spec.path))
-    elif spec.kind == "kafka":
-        from .kafka import KafkaBatchWriter
-
-        writer = writer.foreachBatch(KafkaBatchWriter(spec.url, spec.table))
-    else:  # postgres
-        pg = PostgresBatchWriter(spec.postgres_target)
-        pg.prepare(df.schema)
-        writer = writer.foreachBatch(pg)
-    log.info("starting sink %s (output mode %s, checkpoint %s)", spec, mode, checkpoint)
-    return writer.start()
+    write_batch = batch_writer(df.sparkSession, spec, mode, df.schema, name or DEFAULT_MEMORY_NAME)
+    log.info("starting sink %s (output mode %s, checkpoint %s)", describe(spec, mode), mode, checkpoint)
+    return writer.foreachBatch(write_batch).start()
 
 
-__all__ = ["ACCEPTED_FORMS", "FileBatchWriter", "OutputMode", "SinkKind", "SinkSpec", "parse_sink", "start_sink"]
+def _start_settings(df: "DataFrame", spec: SinkSpec, checkpoint: str | Path | None, output_mode: str,
+                    query_name: str | None) -> tuple[str, str | None, str | None]:
+    """:func:`start_sink`'s arguments checked: (output mode, checkpoint, query name)."""
+    if not isinstance(spec, SinkSpec):
+        raise ConfigError(f"start_sink: expected a SinkSpec or a spec string ({ACCEPTED_FORMS}),"
+                          f" got {type(spec).__name__}")
+    if not getattr(df, "isStreaming", False):
+        raise ConfigError(f"start_sink({spec}): expected a streaming DataFrame (spark.readStream...), got"
+                          f" {'a static DataFrame; write it with df.write' if hasattr(df, 'isStreaming') else type(df).__name__}")
+    mode = output_mode.lower() if isinstance(output_mode, str) else output_mode
+    if mode not in OUTPUT_MODES:
+        raise ConfigError(f"start_sink({spec}): output_mode must be 'append' or 'update', got {output_mode!r}")
+    ck = str(checkpoint) if checkpoint is not None else None
+    if ck is None and spec.kind in NEED_CHECKPOINT:
+        raise ConfigError(f"start_sink({spec}): a {spec.kind} sink needs checkpoint=DIR (it is what makes the"
+                          " output exactly-once across restarts)")
+    name = query_name
+    if spec.kind == "memory":
+        if spec.name and query_name and spec.name != query_name:
+            raise ConfigError(f"start_sink({spec}): the memory sink's table is the query name; got the name"
+                              f" {spec.name!r} in the spec and query_name={query_name!r}; give one")
+        name = spec.name or query_name or DEFAULT_MEMORY_NAME
+    return mode, ck, name
+
+
+__all__ = ["ACCEPTED_FORMS", "CONSOLE_ROWS", "DEADLETTER_DIR", "FileBatchWriter", "OutputMode", "SinkKind", "SinkSpec",
+           "check_sink_paths", "local_path", "parse_sink", "start_sink"]

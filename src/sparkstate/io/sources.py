@@ -22,7 +22,7 @@ sparkstate.errors.ConfigError: source 'ftp://x': expected one of generator[:rate
 ``events`` and ``dead_letters`` are two views of one source: each streaming query on them reads
 the source itself. That is exact for files, Kafka and the generator (they replay by offset);
 a socket source opens one connection per query, so its server must send every line to every
-connection (as :func:`sparkstate.io.generator.serve_events` does).
+connection (as :func:`sparkstate.synthetic.stream.serve_events` does).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from pyspark.sql.types import StructType
 
 from ..errors import ConfigError
 from . import connectors
-from .generator import EVENT_SCHEMA, StreamConfig
+from ..synthetic.generator import EVENT_SCHEMA
+from ..synthetic.stream import StreamConfig
 from .parse import (
     DEFAULT_MAX_RECORD_BYTES,
     Parsed,
@@ -132,7 +133,7 @@ def parse_source(text: str) -> SourceSpec:
     """Parse a source spec; a bad one raises :class:`~sparkstate.errors.ConfigError` naming the accepted forms.
 
     - ``generator`` or ``generator:key=value,...`` (keys of
-      :class:`~sparkstate.io.generator.StreamConfig`: ``rate``, ``users``, ``seed``, ``events``,
+      :class:`~sparkstate.synthetic.stream.StreamConfig`: ``rate``, ``users``, ``seed``, ``events``,
       ``gap``, ``last``, ``late``, ``late_by``, ``malformed``, ``session``, ...)
     - ``socket:PORT`` (on localhost) or ``socket:HOST:PORT``
     - ``files:DIR``: a landing directory of JSON-lines, CSV or Parquet files
@@ -348,7 +349,7 @@ def open_source(
     position) or ``"parquet"`` (files only); ``None``: JSON, or for a local ``files:`` directory
     holding only ``.csv`` / ``.parquet`` files, that. ``options`` go to Spark's reader and parser
     (``maxFilesPerTrigger``, ``timestampFormat``, ``startingOffsets``, the generator's
-    ``maxEventsPerTrigger`` and :class:`~sparkstate.io.generator.StreamConfig` keys, ...).
+    ``maxEventsPerTrigger`` and :class:`~sparkstate.synthetic.stream.StreamConfig` keys, ...).
     ``required``: fields a record must carry (default: the schema's ``NOT NULL`` fields, or all).
 
     Errors in the definition are :class:`~sparkstate.errors.ConfigError` s: a missing
@@ -375,7 +376,7 @@ def open_source(
         return Source(spec, form, struct, events, dead, checked)
 
     if spec.kind == "generator":
-        from .generator_source import SOURCE_OPTIONS as GENERATOR_SOURCE_OPTIONS, register
+        from ..synthetic.generator_source import SOURCE_OPTIONS as GENERATOR_SOURCE_OPTIONS, register
 
         name = register(spark)
         config_keys = {k.lower() for k in StreamConfig.keys()}

@@ -23,21 +23,28 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
+from .pipelines import JOB_PIPELINES
 
 log = logging.getLogger("sparkstate.jobs")
 
-PipelineName = Literal["sessionize", "first-last-activity", "running-count", "visited-pages"]
-PIPELINE_NAMES: tuple[str, ...] = ("sessionize", "first-last-activity", "running-count", "visited-pages")
+#: The pipelines' names (their declarations: :data:`~sparkstate.jobs.pipelines.JOB_PIPELINES`).
+PIPELINE_NAMES: tuple[str, ...] = tuple(JOB_PIPELINES)
 TIME_MODES = ("event", "processing")
 FORMATS = ("json", "csv", "parquet")
 ENV_PREFIX = "SPARKSTATE_"
 
-#: Settings that only some pipelines use (the others refuse or ignore them).
-SESSIONIZE_ONLY = ("gap", "time_mode", "watermark", "max_future_skew", "emit_on_last")
+#: Pipeline settings that change what a job computes from its first record: given to a pipeline
+#: that does not read them, they are refused (the other pipeline settings are ignored, with a warning).
+REFUSED_ELSEWHERE = ("initial_state",)
+
+
+def _owners(setting: str) -> list[str]:
+    """The pipelines that read ``setting`` (empty: every pipeline, a setting of the job)."""
+    return [p.name for p in JOB_PIPELINES.values() if setting in p.settings]
 
 
 @dataclass(frozen=True)
@@ -110,8 +117,8 @@ class JobConfig:
             if number < 0:
                 raise ConfigError(f"run: {name.replace('_', '-')} is a whole number >= 0 (0: no limit), got {value!r}")
             object.__setattr__(self, name, number)
-        if self.pipeline not in PIPELINE_NAMES:
-            raise ConfigError(f"run: unknown pipeline {self.pipeline!r}; choose one of {', '.join(PIPELINE_NAMES)}")
+        if self.pipeline not in JOB_PIPELINES:
+            raise ConfigError(f"run: unknown pipeline {self.pipeline!r}; choose one of {', '.join(JOB_PIPELINES)}")
         if not isinstance(self.source, str) or not self.source.strip():
             raise ConfigError("run: a source is required: --source SPEC (e.g. files:DIR), SPARKSTATE_SOURCE or"
                               " `source` in the config file")
@@ -140,8 +147,11 @@ class JobConfig:
         if self.emit_on_last and self.time_mode != "event":
             raise ConfigError("run: --emit-on-last applies to --time-mode event (processing time always writes a"
                               " session at its is_last event)")
-        if self.initial_state is not None and self.pipeline != "visited-pages":
-            raise ConfigError(f"run: --initial-state applies to visited-pages only, not to {self.pipeline}")
+        for name in REFUSED_ELSEWHERE:
+            owners = _owners(name)
+            if getattr(self, name) is not None and self.pipeline not in owners:
+                raise ConfigError(f"run: --{name.replace('_', '-')} applies to {' and '.join(owners)} only,"
+                                  f" not to {self.pipeline}")
         # The specs are checked now, before Spark starts (parsing them needs no Spark).
         from ..io.sinks import parse_sink
         from ..io.sources import parse_source
@@ -387,20 +397,28 @@ def load_config(
     if "source" not in merged:
         raise ConfigError("run: a source is required: --source SPEC (e.g. files:DIR), SPARKSTATE_SOURCE or"
                           " `source` in the config file")
-    if merged["pipeline"] != "sessionize":
-        for key in SESSIONIZE_ONLY:
-            if key in merged:
-                log.warning("run: %s (from the %s) applies to sessionize only; %s ignores it",
-                            key.replace("_", "-"), origin[key], merged["pipeline"])
-                del merged[key]
+    _drop_foreign_settings(merged, origin)
     return JobConfig(**merged)
+
+
+def _drop_foreign_settings(merged: dict[str, Any], origin: Mapping[str, str]) -> None:
+    """Drop (with a warning) the settings of other pipelines that this one does not read."""
+    pipeline = JOB_PIPELINES.get(merged["pipeline"])
+    if pipeline is None:
+        return  # JobConfig names the known pipelines
+    for key in list(merged):
+        owners = _owners(key)
+        if owners and key not in pipeline.settings and key not in REFUSED_ELSEWHERE:
+            log.warning("run: %s (from the %s) applies to %s only; %s ignores it",
+                        key.replace("_", "-"), origin[key], " and ".join(owners), pipeline.name)
+            del merged[key]
 
 
 __all__ = [
     "ENV_PREFIX",
     "JobConfig",
     "PIPELINE_NAMES",
-    "PipelineName",
+    "REFUSED_ELSEWHERE",
     "load_config",
     "read_config_file",
     "read_env",

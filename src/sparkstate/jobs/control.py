@@ -88,11 +88,11 @@ def wait_until_caught_up(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = list(queries)
     while True:
-        for what, q in queries:
+        pending = [(what, q) for what, q in pending if not is_caught_up(q)]
+        for what, q in queries:  # after: a query that failed meanwhile looks caught up (it is stopped)
             err = failure(q, what)
             if err is not None:
                 raise err
-        pending = [(what, q) for what, q in pending if not is_caught_up(q)]
         if not pending:
             return True
         if deadline is not None and time.monotonic() > deadline:

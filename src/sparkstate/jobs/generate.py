@@ -1,7 +1,7 @@
 """``sparkstate generate`` as library calls: the generator's records into files, or onto a socket.
 
 >>> import tempfile
->>> from sparkstate.io.generator import StreamConfig
+>>> from sparkstate.synthetic import StreamConfig
 >>> written = generate_files(tempfile.mkdtemp(), StreamConfig(users=2, events=20, rate=0, malformed_share=0.2), files=2)
 >>> len(written.paths), written.records, written.records == sum(written.kinds.values())
 (2, 20, True)
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..io.generator import StreamConfig, serve_events, stream_records, write_lines_in_order
-from ..io.line_server import LineServer
+from ..synthetic.generator import write_lines_in_order
+from ..synthetic.stream import StreamConfig, serve_events, stream_records
+from ..synthetic.line_server import LineServer
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class GeneratedFiles:
 def generate_files(directory: str | os.PathLike, config: StreamConfig, files: int = 10) -> GeneratedFiles:
     """Write the generator's records ``0 .. config.events`` as JSON lines into ``files`` files.
 
-    The records are :func:`~sparkstate.io.generator.stream_records` (``late`` and malformed ones
+    The records are :func:`~sparkstate.synthetic.stream.stream_records` (``late`` and malformed ones
     included, as ``config`` asks). The files are consecutive, nearly equal parts in record
     order (``part-00000.json``, ...), each written under a hidden name and renamed, with
     modification times one second apart, so a file stream reads them in order. Existing files

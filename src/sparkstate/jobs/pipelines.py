@@ -1,29 +1,69 @@
-"""The pipelines ``sparkstate run`` knows: their input schema, output mode and how to build them.
+"""The pipelines ``sparkstate run`` knows, each declared in one place: :data:`JOB_PIPELINES`.
+
+A declaration (:class:`JobPipeline`) is all the job runner (:func:`~sparkstate.jobs.run_pipeline`),
+the settings (:mod:`sparkstate.jobs.config`) and the CLI (``sparkstate run``) know of a
+pipeline: its input schema, output mode, the settings it reads, the records it may refuse
+and what its checkpoint marker records. Adding a pipeline is one entry here (its builder
+passes ``checkpoint=`` so that state that does not fit is refused before the query starts).
 
 >>> sorted(JOB_PIPELINES)
 ['first-last-activity', 'running-count', 'sessionize', 'visited-pages']
 >>> JOB_PIPELINES["sessionize"].output_mode, JOB_PIPELINES["running-count"].output_mode
 ('append', 'update')
+>>> JOB_PIPELINES["sessionize"].columns
+['user_id', 'event_time', 'data', 'is_last']
+>>> from sparkstate.jobs import JobConfig
+>>> JOB_PIPELINES["sessionize"].marker_of(JobConfig("sessionize", source="files:in"))
+{'pipeline': 'sessionize', 'time_mode': 'event'}
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.sql import functions as F
 
 from ..engines import DEFAULT_ENGINE
 from ..errors import ConfigError
-from ..io.generator import EVENT_SCHEMA
 from ..io.parse import RAW, SOURCE
 from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
+from ..pipelines.sessionize import LATE_PREFIX, REJECTED
 from ..pipelines.visited_pages import PAGES_COLUMN
-from .config import JobConfig
+from ..synthetic.generator import EVENT_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from .config import JobConfig
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """How a pipeline's output carries the records it refuses (the job writes them to its dead letters).
+
+    ``column``: a struct column of the output, null on output rows, whose field ``reason`` says
+    why. ``event``: its fields that hold the refused event; with the output's first column (the
+    key) they make the dead letter's ``raw`` text when the record's own text is not carried.
+    ``late``: how the reasons of records refused as late begin (counted as ``late_events``).
+    """
+
+    column: str
+    event: tuple[str, ...]
+    late: str | None = None
+    reason: str = "reason"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A setting a pipeline's checkpoint records (its marker file), which a restart must keep.
+
+    ``why`` says what would go wrong, with ``{stored}``, ``{want}`` and ``{pipeline}`` filled in.
+    """
+
+    setting: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -32,28 +72,47 @@ class JobPipeline:
 
     ``schema``: the records the source must deliver (DDL). ``output_mode``: what the pipeline
     emits: ``append`` (each row final: sessions) or ``update`` (a key's latest value, again
-    each time it changes). ``build(events, config, spark)`` defines the output DataFrame.
+    each time it changes). ``build(events, config, spark)`` defines the output DataFrame (its
+    first column is the key), checking the state in ``config.checkpoint``.
     ``output_label`` names the output rows in progress displays; ``observe`` adds counts of
-    the output (beyond its row count) to the per-batch metrics. ``rejects``: the output may
-    hold records the pipeline refused (a non-null struct column ``rejected`` with a ``reason``:
-    sessionize's late events), which the job writes to the dead letters; such a pipeline is
-    given the events with their raw text and origin (:data:`CARRY`) to copy into them.
+    the output (beyond its row count) to the per-batch metrics. ``refusals``: the output may
+    hold records the pipeline refused (:class:`Refusals`); such a pipeline is given the events
+    with their raw text and origin (:data:`CARRY`) to copy into them. ``settings``: the
+    :class:`~sparkstate.jobs.JobConfig` fields only this pipeline (and others naming them) reads;
+    the others ignore them. ``marker``: the settings its checkpoint records, which a restart
+    must keep (:func:`~sparkstate.jobs.run.check_checkpoint`).
     """
 
     name: str
     schema: str
     output_mode: str
-    build: Callable[["DataFrame", JobConfig, "SparkSession"], "DataFrame"]
+    build: Callable[["DataFrame", "JobConfig", "SparkSession"], "DataFrame"]
     output_label: str = "rows emitted"
     observe: Callable[[], list["Column"]] | None = None
-    rejects: bool = False
+    refusals: Refusals | None = None
+    settings: tuple[str, ...] = ()
+    marker: tuple[Kept, ...] = ()
+
+    @property
+    def rejects(self) -> bool:
+        """Whether the output may hold refused records."""
+        return self.refusals is not None
+
+    @property
+    def columns(self) -> list[str]:
+        """The input columns, from :attr:`schema`."""
+        return [part.strip().split()[0] for part in self.schema.split(",")]
+
+    def marker_of(self, config: "JobConfig") -> dict[str, Any]:
+        """What a checkpoint of this pipeline records (``_sparkstate_job.json``)."""
+        return {"pipeline": self.name, **{k.setting: getattr(config, k.setting) for k in self.marker}}
 
 
 #: Input columns a rejecting pipeline copies into the records it refuses (raw text, origin).
 CARRY = (RAW, SOURCE)
 
 
-def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
+def _sessionize(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") -> "DataFrame":
     # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,  # type: ignore[arg-type]
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
@@ -61,7 +120,7 @@ def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "
                       checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last and cfg.time_mode == "event")
 
 
-def _engine(cfg: JobConfig) -> str:
+def _engine(cfg: "JobConfig") -> str:
     return cfg.engine or DEFAULT_ENGINE
 
 
@@ -104,25 +163,38 @@ def read_initial_state(spark: "SparkSession", path: str) -> "DataFrame":
         raise ConfigError(f"run: cannot read the initial state {path} as {fmt}: {str(exc).splitlines()[0]}") from None
 
 
-def _visited_pages(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
+def _visited_pages(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") -> "DataFrame":
     initial = read_initial_state(spark, cfg.initial_state) if cfg.initial_state else None
-    return visited_pages(events, initial_state=initial, engine=_engine(cfg))
+    return visited_pages(events, initial_state=initial, engine=_engine(cfg), checkpoint=cfg.checkpoint)
 
+
+#: The settings sessionize reads (the other pipelines ignore them).
+SESSIONIZE_SETTINGS = ("gap", "time_mode", "watermark", "max_future_skew", "emit_on_last")
 
 JOB_PIPELINES: dict[str, JobPipeline] = {
     p.name: p
     for p in (
-        JobPipeline("sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out, rejects=True),
+        JobPipeline(
+            "sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out,
+            refusals=Refusals(REJECTED, ("event_time", "data", "is_last"), late=LATE_PREFIX),
+            settings=SESSIONIZE_SETTINGS,
+            marker=(Kept("time_mode", "holds {stored}-time {pipeline} state, and this job runs in {want} time: its"
+                                      " pending timeouts would be read on the wrong clock"),),
+        ),
         JobPipeline(
             "first-last-activity", "user string, timestamp timestamp, activity string", "update",
-            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg)), "spans emitted",
+            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg), checkpoint=cfg.checkpoint),
+            "spans emitted",
         ),
         JobPipeline(
             "running-count", "word string", "update",
-            lambda events, cfg, spark: running_count(events, engine=_engine(cfg)), "counts emitted",
+            lambda events, cfg, spark: running_count(events, engine=_engine(cfg), checkpoint=cfg.checkpoint),
+            "counts emitted",
         ),
-        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted"),
+        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted",
+                    settings=("initial_state",)),
     )
 }
 
-__all__ = ["CARRY", "INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "read_initial_state"]
+__all__ = ["CARRY", "INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "Kept", "Refusals", "SESSIONIZE_SETTINGS",
+           "read_initial_state"]

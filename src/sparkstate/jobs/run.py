@@ -3,6 +3,7 @@
 What ``sparkstate run`` does::
 
     check   the checkpoint: made by this pipeline (its marker file), state that fits   nothing written yet
+    pipeline = JOB_PIPELINES[config.pipeline]   its declaration: schema, output mode, refusals, marker
     source  = open_source(spark, config.source, schema=<the pipeline's>, fmt=config.format)
     output  = <pipeline>(source.events, ...)        validated here; rows it refuses carry a reason
     query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
@@ -28,24 +29,23 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ..durations import positive_ms
 from ..errors import ConfigError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, to_struct
-from ..io.sinks import SinkSpec, _check_paths, _local, parse_sink
+from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
 from ..io.sources import open_source, parse_source
+from ..io.writers import batch_writer, describe
 from ..observe.listener import MetricsListener, OnBatch
-from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, redact
-from ..durations import positive_ms
-from ..pipelines.sessionize import REJECTED
+from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
-from .pipelines import JOB_PIPELINES, JobPipeline
-from .tee import DEAD, OUT, JobTee, batch_writer
+from .pipelines import JOB_PIPELINES, JobPipeline, Refusals
+from .tee import DEAD, OUT, JobTee
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -54,8 +54,6 @@ log = logging.getLogger("sparkstate.jobs")
 
 #: The file in a job's checkpoint that says which pipeline (and time mode) made it.
 JOB_MARKER = "_sparkstate_job.json"
-#: Sub-directory of the checkpoint where jobs of earlier versions kept the dead letters' own query.
-DEADLETTER_CHECKPOINT = "_deadletter"
 
 StoppedBy = Literal["caught_up", "interrupted", "stopped"]
 
@@ -113,28 +111,17 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
 
 # --- the checkpoint: whose is it? ----------------------------------------------------------------
 
-def _marker(config: JobConfig) -> dict[str, Any]:
-    mark: dict[str, Any] = {"pipeline": config.pipeline}
-    if config.pipeline == "sessionize":
-        mark["time_mode"] = config.time_mode
-    return mark
-
-
-def _started(ck: Path) -> bool:
-    """Whether a checkpoint directory holds a query's progress (planned or committed batches)."""
-    return any(p.name.isdigit() for d in ("offsets", "commits") if (ck / d).is_dir() for p in (ck / d).iterdir())
-
-
 def check_checkpoint(config: JobConfig) -> None:
     """Refuse a checkpoint another job made, before anything is read or written.
 
-    A job's checkpoint holds :data:`JOB_MARKER` (its pipeline and, for sessionize, the time
+    A job's checkpoint holds :data:`JOB_MARKER` (its pipeline and the settings the pipeline
+    declares kept, :attr:`~sparkstate.jobs.pipelines.JobPipeline.marker`: sessionize's time
     mode); another pipeline's checkpoint would hand this one state it cannot read, and source
     offsets that may not be its own. A checkpoint with a query's progress but no marker was made
     by something else (a query of your own, or a job of an earlier sparkstate): the pipeline's
     state check (``checkpoint=``) still refuses state that does not fit.
     """
-    ck = _local(config.checkpoint) if config.checkpoint else None
+    ck = local_path(config.checkpoint) if config.checkpoint else None
     if ck is None or not ck.is_dir():
         return
     path = ck / JOB_MARKER
@@ -144,23 +131,24 @@ def check_checkpoint(config: JobConfig) -> None:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
-    want = _marker(config)
+    pipeline = JOB_PIPELINES[config.pipeline]
+    want = pipeline.marker_of(config)
     if stored.get("pipeline") != want["pipeline"]:
         raise StateSchemaError(
             f"run: the checkpoint {config.checkpoint} belongs to a {stored.get('pipeline')} job, and this job runs"
             f" {config.pipeline}: its state and source offsets are not this pipeline's. Nothing was written. Use a"
             f" new --checkpoint for {config.pipeline} (or run {stored.get('pipeline')} on this one)."
         )
-    if "time_mode" in want and stored.get("time_mode", want["time_mode"]) != want["time_mode"]:
-        raise StateSchemaError(
-            f"run: the checkpoint {config.checkpoint} holds {stored.get('time_mode')}-time {config.pipeline} state,"
-            f" and this job runs in {config.time_mode} time: its pending timeouts would be read on the wrong clock."
-            f" Nothing was written. Use --time-mode {stored.get('time_mode')}, or a new --checkpoint."
-        )
+    for kept in pipeline.marker:
+        have = stored.get(kept.setting, want[kept.setting])
+        if have != want[kept.setting]:
+            why = kept.why.format(stored=have, want=want[kept.setting], pipeline=config.pipeline)
+            raise StateSchemaError(f"run: the checkpoint {config.checkpoint} {why}. Nothing was written. Use"
+                                   f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
 
 
 def _write_marker(config: JobConfig) -> None:
-    ck = _local(config.checkpoint) if config.checkpoint else None
+    ck = local_path(config.checkpoint) if config.checkpoint else None
     if ck is None:
         return
     path = ck / JOB_MARKER
@@ -168,7 +156,7 @@ def _write_marker(config: JobConfig) -> None:
         return
     ck.mkdir(parents=True, exist_ok=True)
     tmp = ck / f".{JOB_MARKER}.tmp"
-    tmp.write_text(json.dumps(_marker(config)) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 
@@ -182,50 +170,120 @@ def _events(source: Any, pipeline: JobPipeline) -> "DataFrame":
     return source.events
 
 
-def _refused_as_dead(output: "DataFrame", key: str, origin: str) -> "Column":
-    """A refused output row (non-null ``rejected``) as a dead letter: raw, reason, source, received_at.
+def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str) -> "Column":
+    """A refused output row (non-null ``refusals.column``) as a dead letter: raw, reason, source, received_at.
 
     ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
     (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
     """
-    record: StructType = output.schema[REJECTED].dataType  # type: ignore[assignment]
-    names = record.fieldNames()
-    event = [F.col(key)] + [F.col(f"{REJECTED}.`{n}`") for n in names[1:4]]
-    raw = F.to_json(F.struct(*event))
+    col = refusals.column
+    names = output.schema[col].dataType.fieldNames()  # type: ignore[attr-defined]
+    raw = F.to_json(F.struct(F.col(key), *[F.col(f"{col}.`{n}`") for n in refusals.event]))
     if RAW in names:
-        raw = F.coalesce(F.col(f"{REJECTED}.`{RAW}`"), raw)
-    where = F.col(f"{REJECTED}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
+        raw = F.coalesce(F.col(f"{col}.`{RAW}`"), raw)
+    where = F.col(f"{col}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
     return F.struct(
         raw.alias("raw"),
-        F.col(f"{REJECTED}.reason").alias("reason"),
+        F.col(f"{col}.`{refusals.reason}`").alias("reason"),
         F.coalesce(where, F.lit(origin)).alias("source"),
         F.current_timestamp().alias("received_at"),
     )
+
+
+def _refusals(output: "DataFrame", pipeline: JobPipeline) -> Refusals | None:
+    """The pipeline's :class:`Refusals` when its output has that struct column, else ``None``."""
+    r = pipeline.refusals
+    if r is None or r.column not in output.columns or not isinstance(output.schema[r.column].dataType, StructType):
+        return None
+    return r
+
+
+def _output_counts(refusals: Refusals | None, is_out: "Column", pipeline: JobPipeline) -> list["Column"]:
+    """What the job observes on the output: rows, the pipeline's own counts, refused and late records."""
+    counts = [F.count(F.when(is_out, 1)).alias("rows")] + (pipeline.observe() if pipeline.observe else [])
+    if refusals is not None:
+        counts.append(F.count(F.col(refusals.column)).alias("rejected"))
+        if refusals.late:
+            reason = F.col(f"{refusals.column}.`{refusals.reason}`")
+            counts.append(F.count(F.when(reason.startswith(refusals.late), 1)).alias("late"))
+    return counts
 
 
 def _tee_input(output: "DataFrame", dead_letters: "DataFrame | None", pipeline: JobPipeline,
                origin: str) -> tuple["DataFrame", StructType, bool]:
     """The job's one streaming DataFrame (:data:`OUT` | :data:`DEAD` per row), the output's schema,
     and whether the pipeline may refuse records."""
-    refuses = REJECTED in output.columns and isinstance(output.schema[REJECTED].dataType, StructType)
-    out_cols = [c for c in output.columns if not (refuses and c == REJECTED)]
-    is_out = F.col(REJECTED).isNull() if refuses else F.lit(True)
-    counts = [F.count(F.when(is_out, 1)).alias("rows")] + (pipeline.observe() if pipeline.observe else [])
-    if refuses:
-        reason = F.col(f"{REJECTED}.reason")
-        counts += [F.count(F.col(REJECTED)).alias("rejected"),
-                   F.count(F.when(reason.startswith("late:"), 1)).alias("late")]
-    output = output.observe(OUTPUT_OBSERVATION, *counts)
+    refusals = _refusals(output, pipeline)
+    out_cols = [c for c in output.columns if refusals is None or c != refusals.column]
+    is_out = F.col(refusals.column).isNull() if refusals is not None else F.lit(True)
+    output = output.observe(OUTPUT_OBSERVATION, *_output_counts(refusals, is_out, pipeline))
     out_schema = StructType([output.schema[c] for c in out_cols])
-    dead_type = to_struct(DEAD_LETTER_SCHEMA)
-    dead_col = F.when(~is_out, _refused_as_dead(output, out_cols[0], origin)) if refuses else F.lit(None).cast(dead_type)
+    dead_col = (F.when(~is_out, _refused_as_dead(output, refusals, out_cols[0], origin)) if refusals is not None
+                else F.lit(None).cast(to_struct(DEAD_LETTER_SCHEMA)))
     combined = output.select(F.when(is_out, F.struct(*[F.col(f"`{c}`") for c in out_cols])).alias(OUT),
                              dead_col.alias(DEAD))
     if dead_letters is not None:
         dead = dead_letters.observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
         combined = combined.unionByName(dead.select(F.lit(None).cast(out_schema).alias(OUT),
                                                     F.struct(*[F.col(c) for c in dead.columns]).alias(DEAD)))
-    return combined, out_schema, refuses
+    return combined, out_schema, refusals is not None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A job defined and checked, before anything is written."""
+
+    pipeline: JobPipeline
+    combined: "DataFrame"
+    out_schema: StructType
+    refuses: bool
+    sink: SinkSpec
+    dead_sink: SinkSpec | None
+    name: str
+    checkpoint: str
+    own_checkpoint: bool
+    trigger_ms: int
+
+
+def _define(spark: "SparkSession", config: JobConfig) -> _Job:
+    """Open the source, define the pipeline and check everything; nothing is written yet."""
+    pipeline = JOB_PIPELINES[config.pipeline]
+    sink = parse_sink(config.sink)
+    check_checkpoint(config)
+    source = open_source(spark, parse_source(config.source), schema=pipeline.schema, fmt=config.format,
+                         options=source_options(config))
+    events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+    output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
+    combined, out_schema, refuses = _tee_input(output, source.dead_letters, pipeline, str(source.spec))
+    dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
+    checkpoint = config.checkpoint
+    if checkpoint is None:
+        needs = [s.kind for s in (sink, dead_sink) if s is not None and s.kind not in ("console", "memory")]
+        if needs:
+            raise ConfigError(f"run: a {needs[0]} sink needs --checkpoint DIR (it is what makes the output"
+                              " exactly-once across restarts)")
+    check_sink_paths(sink, checkpoint, pipeline.output_mode)
+    if dead_sink is not None:
+        check_sink_paths(dead_sink, checkpoint, "append")
+    try:
+        trigger_ms = positive_ms(config.trigger, "run: trigger")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    ck = checkpoint or tempfile.mkdtemp(prefix="sparkstate-checkpoint-")  # console and memory sinks only
+    name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
+    return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms)
+
+
+def _tee(spark: "SparkSession", job: _Job) -> JobTee:
+    """The writers of the job's output and dead letters (creating what their sinks need)."""
+    writer = batch_writer(spark, job.sink, job.pipeline.output_mode, job.out_schema, job.name)
+    dead_writer = None
+    if job.dead_sink is not None:
+        dead_writer = batch_writer(spark, job.dead_sink, "append", to_struct(DEAD_LETTER_SCHEMA),
+                                   f"{job.name}_deadletters", title="Dead letters, batch")
+    log.info("run %s: output to %s, dead letters to %s", job.pipeline.name,
+             describe(job.sink, job.pipeline.output_mode), job.dead_sink and describe(job.dead_sink, "append"))
+    return JobTee(writer, dead_writer)
 
 
 def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch | None = None) -> JobResult:
@@ -253,75 +311,54 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     """
     started = time.monotonic()
     config = with_absolute_paths(config)
-    pipeline = JOB_PIPELINES[config.pipeline]
-    sink = parse_sink(config.sink)
-    check_checkpoint(config)
-    source = open_source(spark, parse_source(config.source), schema=pipeline.schema, fmt=config.format,
-                         options=source_options(config))
-    events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
-    output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
-    combined, out_schema, refuses = _tee_input(output, source.dead_letters, pipeline, str(source.spec))
-    dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
-
-    mode = pipeline.output_mode
-    name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
-    own_checkpoint = None
-    checkpoint = config.checkpoint
-    if checkpoint is None:
-        if sink.kind not in ("console", "memory") or (dead_sink is not None and dead_sink.kind not in ("console", "memory")):
-            raise ConfigError(f"run: a {sink.kind if sink.kind not in ('console', 'memory') else dead_sink.kind}"  # type: ignore[union-attr]
-                              " sink needs --checkpoint DIR (it is what makes the output exactly-once across restarts)")
-        own_checkpoint = checkpoint = tempfile.mkdtemp(prefix="sparkstate-checkpoint-")
-    _check_paths(sink, checkpoint, mode)
-    if dead_sink is not None:
-        _check_paths(dead_sink, checkpoint, "append")
-    try:
-        trigger_ms = positive_ms(config.trigger, "run: trigger")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-
+    job = _define(spark, config)
     # Every check passed: from here on things are written.
-    writer = batch_writer(spark, sink, mode, out_schema, name)
-    dead_writer = None
-    if dead_sink is not None:
-        dead_writer = batch_writer(spark, dead_sink, "append", to_struct(DEAD_LETTER_SCHEMA),
-                                   f"{name}_deadletters", title="Dead letters, batch")
+    tee = _tee(spark, job)
     _write_marker(config)
-
     listener = MetricsListener(config.metrics, on_batch)
     spark.streams.addListener(listener)
-    queries: list[tuple[str, Any]] = []
-    stopped_by: StoppedBy = "stopped"
+    query = None
     try:
-        query = (combined.writeStream.outputMode(mode).foreachBatch(JobTee(writer, dead_writer))
-                 .option("checkpointLocation", checkpoint).trigger(processingTime=f"{trigger_ms} milliseconds")
-                 .queryName(name).start())
-        queries.append(("query", query))
+        query = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
+                 .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
+                 .queryName(job.name).start())
         listener.watch(query, "output")
-        try:
-            if config.once:
-                wait_until_caught_up(queries)
-                stopped_by = "caught_up"
-            else:
-                wait_until_stopped(queries)
-        except KeyboardInterrupt:
-            stopped_by = "interrupted"
+        stopped_by = _wait(query, config.once)
     finally:
         try:
-            for _, q in queries:
-                stop_after_current_batch(q)
-            for _, q in queries:  # let the listener record the last batches before reading totals
-                last = q.lastProgress
-                listener.wait_for(q, None if last is None else last.batchId, timeout_s=5.0)
+            if query is not None:
+                _stop(query, listener)
         finally:
             spark.streams.removeListener(listener)
             listener.close()
             # (not while an error propagates: the run failed, nothing will be reported)
-            keys_left = _keys_in_state(spark, checkpoint) if sys.exc_info()[0] is None else None
-            if own_checkpoint is not None:
-                shutil.rmtree(own_checkpoint, ignore_errors=True)
+            keys_left = _keys_in_state(spark, job.checkpoint) if sys.exc_info()[0] is None else None
+            if job.own_checkpoint:
+                shutil.rmtree(job.checkpoint, ignore_errors=True)
+    return _result(config, job, listener.totals, str(query.id), stopped_by, keys_left, time.monotonic() - started)
 
-    t = listener.totals
+
+def _wait(query: Any, once: bool) -> StoppedBy:
+    """Wait until the query is caught up (``once``), stopped, failed (raises) or interrupted (Ctrl-C)."""
+    try:
+        if once:
+            wait_until_caught_up([("query", query)])
+            return "caught_up"
+        wait_until_stopped([("query", query)])
+        return "stopped"
+    except KeyboardInterrupt:
+        return "interrupted"
+
+
+def _stop(query: Any, listener: MetricsListener) -> None:
+    """Stop after the running micro-batch; let the listener record the last batch before totals are read."""
+    stop_after_current_batch(query)
+    last = query.lastProgress
+    listener.wait_for(query, None if last is None else last.batchId, timeout_s=5.0)
+
+
+def _result(config: JobConfig, job: _Job, t: RunTotals, query_id: str, stopped_by: StoppedBy,
+            keys_left: int | None, seconds: float) -> JobResult:
     return JobResult(
         pipeline=config.pipeline,
         stopped_by=stopped_by,
@@ -332,13 +369,13 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
         dead_letters=t.dead_letters,
         state_rows=t.state_rows,
         final_watermark=t.watermark,
-        sink=redact(str(sink)),
-        deadletter=None if dead_sink is None else redact(str(dead_sink)),
+        sink=redact(str(job.sink)),
+        deadletter=None if job.dead_sink is None else redact(str(job.dead_sink)),
         checkpoint=config.checkpoint,
         metrics=config.metrics,
-        query_id=str(queries[0][1].id),
-        seconds=round(time.monotonic() - started, 1),
-        late_events=(t.late or 0) if refuses else None,
+        query_id=query_id,
+        seconds=round(seconds, 1),
+        late_events=(t.late or 0) if job.refuses else None,
         keys_in_state=keys_left,
     )
 
@@ -347,7 +384,7 @@ def _keys_in_state(spark: "SparkSession", checkpoint: str) -> int | None:
     """Keys left in the checkpoint's state (``None`` when it is not on a local path or cannot be read)."""
     from ..state.read import keys
 
-    ck = _local(checkpoint)
+    ck = local_path(checkpoint)
     if ck is None:
         return None
     try:
@@ -357,4 +394,4 @@ def _keys_in_state(spark: "SparkSession", checkpoint: str) -> int | None:
         return None
 
 
-__all__ = ["DEADLETTER_CHECKPOINT", "JOB_MARKER", "JobResult", "check_checkpoint", "run_pipeline"]
+__all__ = ["JOB_MARKER", "JobResult", "check_checkpoint", "run_pipeline"]

@@ -1,4 +1,4 @@
-"""Ready-made pipelines on the keyed state operators (api.md section 4).
+"""Ready-made pipelines on the keyed state operators (docs/api.md, ``sparkstate.pipelines``).
 
 Each validates its input when it is defined (missing columns, wrong types: a ``ConfigError``
 that names them) and returns the output DataFrame, streaming if the input streams.

@@ -22,6 +22,7 @@ and is kept; it is not an event-time result (no watermark is involved).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
@@ -99,7 +100,7 @@ class _FirstLast:
 
 def first_last_activity(
     events: DataFrame, key: str = "user", timestamp: str = "timestamp", activity: str = "activity",
-    engine: str | Engine = DEFAULT_ENGINE,
+    engine: str | Engine = DEFAULT_ENGINE, checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """Per ``key``, its current activity and when it started and was last seen (seed 001).
 
@@ -109,6 +110,9 @@ def first_last_activity(
     ``activity``), batches in arrival order. Rows with a null ``timestamp`` are left out;
     ``activity`` is compared as a string. The state of a key is kept for the life of the query
     (the seed has no timeout).
+
+    ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
+    this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
 
     >>> import sparkstate as ss
     >>> from datetime import datetime
@@ -147,7 +151,7 @@ def first_last_activity(
     ])
     return map_groups_with_state(
         df, key=key, func=_FirstLast(), state_type=ActivitySpan, output_type=output,
-        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine,
+        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine, checkpoint=checkpoint,
     )
 
 __all__ = ["ActivitySpan", "apply_event", "first_last_activity"]

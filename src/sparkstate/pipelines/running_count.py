@@ -14,6 +14,7 @@ rows is the same in any order and any micro-batch split. Which intermediate tota
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from pyspark.sql import DataFrame
@@ -39,11 +40,15 @@ class _Count:
         return (key, total)
 
 
-def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAULT_ENGINE) -> DataFrame:
+def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAULT_ENGINE,
+                  checkpoint: str | os.PathLike | None = None) -> DataFrame:
     """``key, count``: how many rows each ``key`` has had so far, after every micro-batch.
 
     One row per key and micro-batch in which the key had rows (output mode update); keys
     without rows in a batch are not repeated. A null key is counted as a key of its own.
+
+    ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
+    this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -64,7 +69,7 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAU
     ])
     return map_groups_with_state(
         df.select(key), key=key, func=_Count(), state_type=int, output_type=output,
-        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine,
+        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine, checkpoint=checkpoint,
     )
 
 

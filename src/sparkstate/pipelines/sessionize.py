@@ -41,6 +41,8 @@ LATE_MODES = ("drop", "emit")
 #: on session rows. Its fields: ``reason``, then the input's timestamp, data and last-flag
 #: columns (by their names), then the ``carry`` columns.
 REJECTED = "rejected"
+#: How the reason of a row refused as late (at or behind the watermark) begins.
+LATE_PREFIX = "late:"
 # Internal columns of the operator's input.
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
@@ -202,9 +204,9 @@ class _Sessionizer:
             # Late as Spark counts it, at or behind the watermark; to the millisecond, as sessions are.
             ms = _floor_ms(t)
             if ms < watermark_ms:
-                return f"late: event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
+                return f"{LATE_PREFIX} event_time {iso_ms(t)} is older than the watermark {iso_ms(watermark_ms)}"
             if ms == watermark_ms:
-                return f"late: event_time {iso_ms(t)} is at the watermark {iso_ms(watermark_ms)}"
+                return f"{LATE_PREFIX} event_time {iso_ms(t)} is at the watermark {iso_ms(watermark_ms)}"
         return None
 
     def __call__(self, key: Any, rows: Iterable[Any], state: GroupState) -> list[tuple]:
@@ -362,7 +364,7 @@ def sessionize(
     the events arrive. A key's sessions are its events sorted by ``timestamp`` (at equal times an
     event whose ``last_flag`` is false before one whose flag is true, then by ``data``, null
     first), split where consecutive events are more than ``gap`` apart and after each flagged
-    event: exactly :func:`sparkstate.io.reference_sessions` of the events that were not late.
+    event: exactly :func:`sparkstate.synthetic.reference_sessions` of the events that were not late.
     An event is late when its time is at or behind the watermark (Spark's rule); the watermark
     is ``watermark`` behind the latest event time seen, applied on ``timestamp`` unless the input
     already has one. A key may hold several open sessions (its state, :class:`OpenSession`): an
@@ -440,6 +442,29 @@ def sessionize(
     u1 12:05:00 12:05:00 ['/help'] timeout
     """
     require_dataframe(events, "sessionize")
+    mode, gap_ms, watermark_ms = _check_settings(time_mode, gap, watermark)
+    emit, carry, skew_ms = _check_columns(events, key, timestamp, data, last_flag, mode, late, carry,
+                                          max_future_skew, emit_on_last, event_time_column)
+    df = _operator_input(events, key, timestamp, data, last_flag, mode, emit, carry, skew_ms, max_future_skew,
+                         watermark_ms)
+    return flat_map_groups_with_state(
+        df,
+        key=key,
+        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
+                          bool(emit_on_last), event_time_column is not None),
+        state_type=OpenSession,
+        output_type=_output_type(events, key, timestamp, data, last_flag, emit, carry, event_time_column, gap_ms),
+        timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
+        initial_state=initial_state,
+        output_mode="append",
+        engine=engine,
+        checkpoint=checkpoint,
+        event_time_column=event_time_column,
+    )
+
+
+def _check_settings(time_mode: Any, gap: Duration, watermark: Duration) -> tuple[TimeMode, int, int]:
+    """The time mode, gap and watermark delay (ms), checked."""
     mode = str(time_mode).lower() if isinstance(time_mode, str) else time_mode
     if mode not in TIME_MODES:
         raise ConfigError(f"sessionize: time_mode must be 'event' or 'processing', got {time_mode!r}")
@@ -450,6 +475,13 @@ def sessionize(
         raise ConfigError(str(exc)) from None
     if watermark_ms < 0:
         raise ConfigError(f"sessionize: watermark must be zero or positive, got {watermark!r}")
+    return mode, gap_ms, watermark_ms
+
+
+def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
+                   mode: TimeMode, late: Any, carry: Sequence[str] | str, max_future_skew: Duration | None,
+                   emit_on_last: bool, event_time_column: str | None) -> tuple[bool, list[str], int | None]:
+    """The columns and the options that depend on them, checked: (emit, carry columns, max future skew ms)."""
     _check_column(events, key, "key")
     _check_column(events, data, "data")
     if last_flag is not None:
@@ -496,7 +528,14 @@ def sessionize(
         if events.isStreaming and has_watermark(events):
             raise ConfigError("sessionize: max_future_skew must keep far-future rows out of the watermark, but the input"
                               " already has one; let sessionize define it (pass watermark=..., no withWatermark)")
+    return emit, carry, skew_ms
 
+
+def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
+                    mode: TimeMode, emit: bool, carry: list[str], skew_ms: int | None,
+                    max_future_skew: Duration | None, watermark_ms: int) -> DataFrame:
+    """The rows the group function gets: ``(key, timestamp, data, last_flag)``, then with ``emit`` the
+    reject reason, the carried columns and the (null) column carrying the watermark."""
     df = events
     ts = F.col(timestamp) if timestamp is not None else None
     reject = F.lit(None).cast("string")
@@ -538,7 +577,12 @@ def sessionize(
         cols += [F.col(c).alias(c, metadata={}) for c in carry]
         if mode == "event" and df.isStreaming:
             cols.append(F.lit(None).cast("timestamp").alias(_WATERMARK, metadata={WATERMARK_DELAY_KEY: delay_ms}))
-    df = df.select(*cols)
+    return df.select(*cols)
+
+
+def _output_type(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
+                 emit: bool, carry: list[str], event_time_column: str | None, gap_ms: int) -> StructType:
+    """The sessions' columns, then with ``emit`` the :data:`REJECTED` struct."""
     fields = [
         StructField(key, events.schema[key].dataType, True),
         StructField("session_start", TimestampType(), True),
@@ -557,20 +601,7 @@ def sessionize(
     if event_time_column is not None:
         fields.insert(6, StructField(event_time_column, TimestampType(), True,
                                      metadata={END_OFFSET_KEY: gap_ms + 1}))
-    return flat_map_groups_with_state(
-        df,
-        key=key,
-        func=_Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
-                          bool(emit_on_last), event_time_column is not None),
-        state_type=OpenSession,
-        output_type=StructType(fields),
-        timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
-        initial_state=initial_state,
-        output_mode="append",
-        engine=engine,
-        checkpoint=checkpoint,
-        event_time_column=event_time_column,
-    )
+    return StructType(fields)
 
 
-__all__ = ["LATE_MODES", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]
+__all__ = ["LATE_MODES", "LATE_PREFIX", "Late", "OpenSession", "REJECTED", "TimeMode", "iso_ms", "sessionize"]

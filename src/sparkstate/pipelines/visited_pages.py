@@ -13,6 +13,7 @@ order of the rows in one file for a file source). This is the seed's meaning and
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +80,7 @@ def _initial(initial_state: Any, visits: DataFrame, key: str) -> DataFrame:
 
 def visited_pages(
     visits: DataFrame, key: str = "user_id", page: str = "page", initial_state: DataFrame | None = None,
-    engine: str | Engine = DEFAULT_ENGINE,
+    engine: str | Engine = DEFAULT_ENGINE, checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """``key, visited_pages``: after every visit, the list of pages its user visited so far.
 
@@ -88,6 +89,9 @@ def visited_pages(
     continues from the checkpoint's state). Visits of a user within a micro-batch are appended
     in the order Spark delivers them (the file's order for one file); visits with a null
     ``page`` are left out. Output mode update, one row per visit.
+
+    ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
+    this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -117,7 +121,7 @@ def visited_pages(
         StructField(PAGES_COLUMN, ArrayType(StringType(), True), True),
     ])
     return map_with_state(df, key=key, value=page, spec=spec, state_type=VisitedPages, output_type=output,
-                          engine=engine)
+                          engine=engine, checkpoint=checkpoint)
 
 
 __all__ = ["PAGES_COLUMN", "VisitedPages", "visited_pages"]

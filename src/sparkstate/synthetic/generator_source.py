@@ -1,7 +1,7 @@
 """The generator as a Spark streaming source: a PySpark Python data source of raw JSON lines.
 
 Offsets count records. Each micro-batch reads records ``[start, end)``; a partition computes
-its slice from the configuration alone (:func:`~sparkstate.io.generator.stream_records`), so the
+its slice from the configuration alone (:func:`~sparkstate.synthetic.stream.stream_records`), so the
 same seed gives the same records whatever the batch boundaries, and a restarted query
 continues where its checkpoint ends. Rows are ``value string`` (the raw line, malformed or
 not) and ``offset long`` (the record's index); :func:`sparkstate.io.sources.open_source`
@@ -30,7 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from ..errors import ConfigError
-from .generator import StreamConfig, stream_records
+from .stream import StreamConfig, stream_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 NAME = "sparkstate_generator"
 #: Rows of the source.
 RAW_SCHEMA = "value string, offset bigint"
-#: Options of the source itself (the others are :class:`~sparkstate.io.generator.StreamConfig`'s).
+#: Options of the source itself (the others are :class:`~sparkstate.synthetic.stream.StreamConfig`'s).
 SOURCE_OPTIONS = ("maxEventsPerTrigger", "partitions")
 
 
@@ -73,7 +73,7 @@ def _rows(config: StreamConfig, part: _Slice) -> Iterator[tuple[str, int]]:
 
 
 class GeneratorDataSource(DataSource):
-    """The synthetic clickstream; options are :class:`~sparkstate.io.generator.StreamConfig`'s
+    """The synthetic clickstream; options are :class:`~sparkstate.synthetic.stream.StreamConfig`'s
     (``users``, ``seed``, ``rate``, ``events``, ``late``, ``malformed``, ...) plus
     ``maxEventsPerTrigger`` and ``partitions`` (slices per micro-batch, default 2)."""
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sparkstate.errors import ConfigError
-from sparkstate.io import Event, generate_events, read_events, reference_sessions, write_events
+from sparkstate.synthetic import Event, generate_events, read_events, reference_sessions, write_events
 
 GAP = timedelta(minutes=1)
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import ConfigError
 
-log = logging.getLogger("sparkstate.io")
+log = logging.getLogger("sparkstate.synthetic")
 
 Lines = Iterable[str] | Callable[[], Iterable[str]]
 
