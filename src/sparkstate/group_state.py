@@ -292,7 +292,7 @@ def run_call(
 ) -> Outcome:
     """Call ``func`` for one key and decide what happens to its state.
 
-    The rules (api.md 1.2-1.3): the timeout is whatever the call set; after a timeout call
+    The rules (docs/api.md, `GroupState`): the timeout is whatever the call set; after a timeout call
     that neither updated the state nor set a new timeout, the state is removed unless
     ``keep_expired_state``.
     """

@@ -225,7 +225,7 @@ def map_groups_with_state(
 
     ``func(key, values, state)`` is called once per key with new records in a micro-batch
     (``values``: an iterator of ``Row``, or of ``value_type``), and once per key whose timeout
-    fired (``values`` empty, ``state.hasTimedOut`` true). See api.md section 1.
+    fired (``values`` empty, ``state.hasTimedOut`` true). See docs/api.md.
 
     ``checkpoint``: the checkpoint the query will run on. When given and it holds state, the
     stored state is checked against ``state_type`` now, and an incompatible change (a renamed
