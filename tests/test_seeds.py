@@ -137,13 +137,14 @@ def test_seed_001_word_count_map_with_state_initial_state_and_timeout(spark, tmp
     initial = spark.createDataFrame([("dummy", 100), ("source", 32)], "word string, value long")
     land = LandingDir(tmp_path / "in")
     land.add([{"word": w, "count": 1} for w in ["spark", "dummy", "spark"]])
+    # The second batch's file is there from the start (one file per batch), so it follows the first
+    # batch at once: no key times out in between however slowly the test polls on a busy machine.
+    land.add([{"word": "source", "count": 1}])
     words = land.stream(spark, "word string, count long")
     spec = ss.StateSpec.function(track_count).initial_state(initial).num_partitions(2).timeout("10 seconds")
     out = ss.map_with_state(words, key="word", value="count", spec=spec, state_type=int,
                             output_type="word string, count long, timed_out boolean")
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
-        run.wait_input()
-        land.add([{"word": "source", "count": 1}])
         run.wait_input()
         first = [tuple(r) for r in run.rows]
         # No more data: after 10 s of processing time every key times out once.
