@@ -26,7 +26,7 @@ relative to its mean; and the checks (all must pass, else the exit code is 1):
 ``state_rows``      the state store's rows (``numRowsTotal``): likewise
 ``state_memory``    RocksDB memory. With a bound (``boundedMemoryUsage``, as
                     :func:`sparkstate.spark_session` sets): never more than 25% above it, and
-                    flat (window's second half vs its first, and drift) from the batch at which
+                    flat (the 90th percentile of the window's second half vs its first, and drift) from the batch at which
                     it reached 90% of it: RocksDB's block cache keeps the blocks of files that
                     compaction replaced until it is full, so the memory rises to the bound and
                     stays there (:func:`memory_check`). ``make soak`` runs with a 4 MB bound
@@ -375,7 +375,9 @@ def memory_check(mem: Series, bound_mb: float, tol: float) -> tuple[Check, dict[
     RocksDB's block cache is filled, never emptied (blocks of files that compaction replaced stay
     until the cache is full), so the memory rises until it reaches the bound, then stays: it is
     judged flat from the first batch at which it reached :data:`MEMORY_FULL` of the bound (the
-    window's second half vs its first, and its drift), and never above the bound by more than
+    90th percentile of the window's second half vs its first, and its drift relative to it:
+    the figure of one batch swings by MBs as memtables fill and are flushed, so the level the
+    cache holds is its upper envelope, not its median), and never above the bound by more than
     :data:`MEMORY_SLACK` (the cache's limit is not strict, and memtables count in it). A run
     that never reached its bound is judged on the bound alone, and the rate it filled at is
     reported.
@@ -402,15 +404,15 @@ def memory_check(mem: Series, bound_mb: float, tol: float) -> tuple[Check, dict[
     window = [(m, v) for m, v in mem if m >= full_at]
     end = mem[-1][0]
     mid = full_at + (end - full_at) / 2
-    first = _median([v for m, v in window if m < mid])
-    last = _median([v for m, v in window if m >= mid])
-    drift = _drift(window, _median([v for _, v in window]))
+    first = _pct([v for m, v in window if m < mid], 90)
+    last = _pct([v for m, v in window if m >= mid], 90)
+    drift = _drift(window, _pct([v for _, v in window], 90))
     rel = _rel(last, first)
-    info.update({"window_first_half_median_mb": None if first is None else round(first / 2 ** 20, 3),
-                 "window_last_half_median_mb": None if last is None else round(last / 2 ** 20, 3)} | drift)
+    info.update({"window_first_half_p90_mb": None if first is None else round(first / 2 ** 20, 3),
+                 "window_last_half_p90_mb": None if last is None else round(last / 2 ** 20, 3)} | drift)
     flat = rel is not None and drift["relative_drift"] is not None and rel <= tol and drift["relative_drift"] <= tol
     return Check("state_memory", flat and not over,
-                 f"RocksDB memory: {bound_text}; full from minute {full_at:.1f}, then its second half vs its first"
+                 f"RocksDB memory: {bound_text}; full from minute {full_at:.1f}, then its second half vs its first (p90)"
                  f" {_pct_text(rel)}, drift {_pct_text(drift['relative_drift'])} (limit +{tol:.0%})"), info
 
 
@@ -421,12 +423,13 @@ LEVEL_BAND = 0.15
 LEVEL_WINDOW_MIN = 2.0
 
 
-def level_off(values: Series, end: float, band: float = LEVEL_BAND, window: float = LEVEL_WINDOW_MIN
-              ) -> dict[str, Any]:
-    """Where a series levels off: its level (the median of the last third of the run), the
-    median of each third, its maximum, and the first minute from which its rolling median
-    (over ``window`` minutes) stays within ``band`` of the level to the end (``None``: it was
-    still moving in the last third, i.e. not level).
+def level_off(values: Series, end: float, band: float = LEVEL_BAND, window: float = LEVEL_WINDOW_MIN,
+              q: float = 50) -> dict[str, Any]:
+    """Where a series levels off: its level (the ``q``-th percentile, by default the median, of
+    the last third of the run), that percentile of each third, its maximum, and the first
+    minute from which its rolling ``q``-th percentile (over ``window`` minutes) stays within
+    ``band`` of the level to the end (``None``: it was still moving in the last third, i.e. not
+    level). ``q=90`` follows the upper envelope of a series that swings, like RocksDB's memory.
 
     >>> rise = [(m / 10, min(m / 10, 5.0)) for m in range(300)]  # rises for 5 minutes, then flat
     >>> level_off(rise, 29.9)["from_min"], level_off(rise, 29.9)["level"]
@@ -436,8 +439,8 @@ def level_off(values: Series, end: float, band: float = LEVEL_BAND, window: floa
     """
     values = [(m, v) for m, v in values if m >= 0]
     thirds = _split(values, lambda x: x[0], end)
-    level = _median([v for _, v in thirds[2]])
-    out: dict[str, Any] = {"level": level, "thirds_median": [_median([v for _, v in t]) for t in thirds],
+    level = _pct([v for _, v in thirds[2]], q)
+    out: dict[str, Any] = {"level": level, "percentile": q, "thirds": [_pct([v for _, v in t], q) for t in thirds],
                            "max": max((v for _, v in values), default=None), "from_min": None}
     if level is None or not values:
         return out
@@ -445,7 +448,7 @@ def level_off(values: Series, end: float, band: float = LEVEL_BAND, window: floa
     rolled = []
     for m, _ in values:
         lo, hi = bisect_left(xs, m - window / 2), bisect_right(xs, m + window / 2)
-        rolled.append((m, statistics.median(v for _, v in values[lo:hi])))
+        rolled.append((m, float(np.percentile([v for _, v in values[lo:hi]], q))))
     inside = [abs(r - level) <= band * abs(level) for _, r in rolled]
     if not inside[-1]:
         return out
@@ -458,11 +461,13 @@ def level_off(values: Series, end: float, band: float = LEVEL_BAND, window: floa
 
 
 def levels(points: Sequence[Point], samples: Sequence[dict[str, Any]], end: float) -> dict[str, Any]:
-    """:func:`level_off` of RocksDB memory (Spark's figure, per batch), the state on disk and the
-    memory of the JVM (RSS) and of the Python workers (PSS), sampled; in MB."""
+    """:func:`level_off` of RocksDB memory (Spark's figure, per batch; its 90th percentile: the
+    figure swings as memtables fill and flush), the state on disk and the memory of the JVM
+    (RSS) and of the Python workers (PSS), sampled; in MB."""
     mb = 2 ** 20
     return {
-        "rocksdb_memory_mb": level_off([(m, v / mb) for m, v in series(points, "state_memory_bytes")], end),
+        "rocksdb_memory_mb": level_off([(m, v / mb) for m, v in series(points, "state_memory_bytes")], end, q=90,
+                                       window=2.5 * LEVEL_WINDOW_MIN),
         "state_disk_mb": level_off([(s["minute"], s["state_disk_bytes"] / mb) for s in samples], end),
         "jvm_rss_mb": level_off([(s["minute"], s["jvm_mb"]) for s in samples if "jvm_mb" in s], end),
         "python_workers_mb": level_off([(s["minute"], s["python_workers_mb"]) for s in samples
@@ -1240,7 +1245,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nend state: {v['state_keys']} keys = {v['open_sessions_reference']} open sessions by the reference;"
               f" output: {v['sessions_output']:,} sessions, lost {v['lost']}, duplicated {v['duplicated']}\n")
     for name, info in (s.get("levels") or {}).items():
-        print(f"  level  {name:<18} {info['level']} MB (thirds {info['thirds_median']}, max {info['max']}),"
+        print(f"  level  {name:<18} {info['level']} MB (p{info['percentile']:g} by third {info['thirds']},"
+              f" max {info['max']:.1f}),"
               f" {'level from minute ' + str(info['from_min']) if info['from_min'] is not None else 'not level'}")
     for c in result.checks:
         print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name:<15} {c.detail}")
