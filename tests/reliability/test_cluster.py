@@ -1,14 +1,16 @@
-"""Executor loss on a real Spark standalone cluster, and sparkstate shipped to executors by spark-submit.
+"""Executor and worker loss on a real Spark standalone cluster, and sparkstate shipped to executors by spark-submit.
 
 A master and two workers (one core each) run as separate processes on 127.0.0.1, started with
 the ``spark-class`` script the pyspark wheel ships (SPARK_HOME = the pyspark package). Then:
 
 - ``sparkstate run sessionize --master spark://...`` (a subprocess: the driver) reads generator
-  records from files, one file per micro-batch; its executors run on the two workers. After the
-  first batch is committed, while a later batch is in flight and files remain unread, one
-  executor JVM is SIGKILLed. Spark starts a new executor and re-runs the lost tasks; the sessions
-  the Parquet sink committed must equal the generator's reference sessions exactly (none lost,
-  none twice), and the dead letters must be exactly the malformed records.
+  records from files, one file per micro-batch; its executors run on the two workers. One run
+  goes through four faults in sequence (an executor SIGKILLed mid-batch, a second one in a row,
+  one during a RocksDB snapshot upload, a whole Worker JVM), each at a moment read from the
+  checkpoint, the process tree or the executors' logs. Spark starts new executors and re-runs
+  the lost tasks; the sessions the Parquet sink committed must equal the generator's reference
+  sessions exactly (none lost, none twice), and the dead letters must be exactly the malformed
+  records.
 - ``spark-submit --py-files sparkstate.zip`` runs a sparkstate job on the same cluster with a
   Python that does not have sparkstate installed (the way docs/cluster.md describes).
 
