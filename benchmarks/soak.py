@@ -26,7 +26,7 @@ relative to its mean; and the checks (all must pass, else the exit code is 1):
 ``state_rows``      the state store's rows (``numRowsTotal``): likewise
 ``state_memory``    RocksDB memory. With a bound (``boundedMemoryUsage``, as
                     :func:`sparkstate.spark_session` sets): never more than 25% above it, and
-                    flat (window's second half vs its first, and drift) from the batch at which
+                    flat (the 90th percentile of the window's second half vs its first, and drift) from the batch at which
                     it reached 90% of it: RocksDB's block cache keeps the blocks of files that
                     compaction replaced until it is full, so the memory rises to the bound and
                     stays there (:func:`memory_check`). ``make soak`` runs with a 4 MB bound
@@ -60,7 +60,9 @@ would show as every user ever seen staying in state (flat at ``users``), which
 ``expired_state`` tells apart from the open sessions. Outputs in ``--out``: ``soak.json``
 (settings, machine, figures, checks), ``metrics.jsonl``, ``samples.jsonl``,
 ``state_samples.jsonl``, ``state_store.jsonl`` (RocksDB's own figures per batch),
-``soak_batch_duration.png``, ``soak_state.png``, ``soak_resources.png`` and ``report/``
+``soak_batch_duration.png``, ``soak_state.png``, ``soak_resources.png``, ``soak_levels.png``
+(where RocksDB memory, the state on disk and the processes' memory level off: :func:`levels`,
+also in ``soak.json``; ``--levels OUT`` recomputes them for a finished run) and ``report/``
 (``sparkstate report``'s plots and summary of the metrics file).
 
 >>> pts = [Point(t / 6, 100.0, 50.0, 1e6, 100, 0) for t in range(31)]  # a batch every 10 s
@@ -80,6 +82,7 @@ would show as every user ever seen staying in state (flat at ``users``), which
 from __future__ import annotations
 
 import argparse
+from bisect import bisect_left, bisect_right
 import datetime as dt
 import json
 import math
@@ -372,7 +375,9 @@ def memory_check(mem: Series, bound_mb: float, tol: float) -> tuple[Check, dict[
     RocksDB's block cache is filled, never emptied (blocks of files that compaction replaced stay
     until the cache is full), so the memory rises until it reaches the bound, then stays: it is
     judged flat from the first batch at which it reached :data:`MEMORY_FULL` of the bound (the
-    window's second half vs its first, and its drift), and never above the bound by more than
+    90th percentile of the window's second half vs its first, and its drift relative to it:
+    the figure of one batch swings by MBs as memtables fill and are flushed, so the level the
+    cache holds is its upper envelope, not its median), and never above the bound by more than
     :data:`MEMORY_SLACK` (the cache's limit is not strict, and memtables count in it). A run
     that never reached its bound is judged on the bound alone, and the rate it filled at is
     reported.
@@ -399,16 +404,75 @@ def memory_check(mem: Series, bound_mb: float, tol: float) -> tuple[Check, dict[
     window = [(m, v) for m, v in mem if m >= full_at]
     end = mem[-1][0]
     mid = full_at + (end - full_at) / 2
-    first = _median([v for m, v in window if m < mid])
-    last = _median([v for m, v in window if m >= mid])
-    drift = _drift(window, _median([v for _, v in window]))
+    first = _pct([v for m, v in window if m < mid], 90)
+    last = _pct([v for m, v in window if m >= mid], 90)
+    drift = _drift(window, _pct([v for _, v in window], 90))
     rel = _rel(last, first)
-    info.update({"window_first_half_median_mb": None if first is None else round(first / 2 ** 20, 3),
-                 "window_last_half_median_mb": None if last is None else round(last / 2 ** 20, 3)} | drift)
+    info.update({"window_first_half_p90_mb": None if first is None else round(first / 2 ** 20, 3),
+                 "window_last_half_p90_mb": None if last is None else round(last / 2 ** 20, 3)} | drift)
     flat = rel is not None and drift["relative_drift"] is not None and rel <= tol and drift["relative_drift"] <= tol
     return Check("state_memory", flat and not over,
-                 f"RocksDB memory: {bound_text}; full from minute {full_at:.1f}, then its second half vs its first"
+                 f"RocksDB memory: {bound_text}; full from minute {full_at:.1f}, then its second half vs its first (p90)"
                  f" {_pct_text(rel)}, drift {_pct_text(drift['relative_drift'])} (limit +{tol:.0%})"), info
+
+
+#: A series has levelled off from the first minute after which its rolling median stays within
+#: this share of its level (the median of the run's last third) ...
+LEVEL_BAND = 0.15
+#: ... the rolling median taken over this many minutes (the disk saws between maintenance rounds).
+LEVEL_WINDOW_MIN = 2.0
+
+
+def level_off(values: Series, end: float, band: float = LEVEL_BAND, window: float = LEVEL_WINDOW_MIN,
+              q: float = 50) -> dict[str, Any]:
+    """Where a series levels off: its level (the ``q``-th percentile, by default the median, of
+    the last third of the run), that percentile of each third, its maximum, and the first
+    minute from which its rolling ``q``-th percentile (over ``window`` minutes) stays within
+    ``band`` of the level to the end (``None``: it was still moving in the last third, i.e. not
+    level). ``q=90`` follows the upper envelope of a series that swings, like RocksDB's memory.
+
+    >>> rise = [(m / 10, min(m / 10, 5.0)) for m in range(300)]  # rises for 5 minutes, then flat
+    >>> level_off(rise, 29.9)["from_min"], level_off(rise, 29.9)["level"]
+    (4.3, 5.0)
+    >>> level_off([(m / 10, m / 10) for m in range(300)], 29.9)["from_min"] is None  # still rising
+    True
+    """
+    values = [(m, v) for m, v in values if m >= 0]
+    thirds = _split(values, lambda x: x[0], end)
+    level = _pct([v for _, v in thirds[2]], q)
+    out: dict[str, Any] = {"level": level, "percentile": q, "thirds": [_pct([v for _, v in t], q) for t in thirds],
+                           "max": max((v for _, v in values), default=None), "from_min": None}
+    if level is None or not values:
+        return out
+    xs = [m for m, _ in values]
+    rolled = []
+    for m, _ in values:
+        lo, hi = bisect_left(xs, m - window / 2), bisect_right(xs, m + window / 2)
+        rolled.append((m, float(np.percentile([v for _, v in values[lo:hi]], q))))
+    inside = [abs(r - level) <= band * abs(level) for _, r in rolled]
+    if not inside[-1]:
+        return out
+    k = len(inside)
+    while k > 0 and inside[k - 1]:
+        k -= 1
+    start = rolled[k][0]
+    out["from_min"] = round(start, 2) if start <= end * 2 / 3 else None  # level only if it held the last third
+    return out
+
+
+def levels(points: Sequence[Point], samples: Sequence[dict[str, Any]], end: float) -> dict[str, Any]:
+    """:func:`level_off` of RocksDB memory (Spark's figure, per batch; its 90th percentile: the
+    figure swings as memtables fill and flush), the state on disk and the memory of the JVM
+    (RSS) and of the Python workers (PSS), sampled; in MB."""
+    mb = 2 ** 20
+    return {
+        "rocksdb_memory_mb": level_off([(m, v / mb) for m, v in series(points, "state_memory_bytes")], end, q=90,
+                                       window=2.5 * LEVEL_WINDOW_MIN),
+        "state_disk_mb": level_off([(s["minute"], s["state_disk_bytes"] / mb) for s in samples], end),
+        "jvm_rss_mb": level_off([(s["minute"], s["jvm_mb"]) for s in samples if "jvm_mb" in s], end),
+        "python_workers_mb": level_off([(s["minute"], s["python_workers_mb"]) for s in samples
+                                        if "python_workers_mb" in s], end),
+    }
 
 
 # --- the checkpoint and the output against the reference -------------------------------------------
@@ -861,6 +925,7 @@ def run_soak(spark: Any, config: SoakConfig, out: Path, tolerances: Tolerances =
             "process_mb_peak": {k: max(s[k] for s in samples) for k in samples[0] if k.endswith("_mb")},
             "load_average": {"start": load_start, "end": load_end,
                              "mean_1min": round(statistics.fmean(s["load1"] for s in samples), 2)},
+            "levels": levels(points, samples, end) if points else {},
             "thirds": analysis["thirds"], "second_half": analysis["second_half"], "verify": verified,
             "checks": [asdict(c) for c in checks], "ok": all(c.ok for c in checks),
         }
@@ -989,7 +1054,84 @@ def plot(points: Sequence[Point], samples: list[dict[str, Any]], keys: Series, s
     ax.set_title(f"Events read and process memory - {title}", fontsize=9)
     legend(ax, ax2, "upper left", ncol=2)
     images.append(_save(fig, out / "soak_resources.png"))
+    if summary.get("levels"):
+        images.append(plot_levels(points, samples, summary, out / "soak_levels.png"))
     return images
+
+
+def plot_levels(points: Sequence[Point], samples: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> Path:
+    """One figure, three panels: RocksDB memory against its bound, the state on disk, and the
+    memory of the JVM and the Python workers, each with the level it settled at (:func:`levels`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = points[-1].minute
+    lv = summary["levels"]
+    cfg = summary["config"]
+    samples = [s for s in samples if s["minute"] >= 0]
+    fig, axes = plt.subplots(3, 1, figsize=(7.5, 7.2), sharex=True)
+
+    def mark(ax: Any, info: dict[str, Any], color: str, label: str) -> None:
+        if info.get("level") is None:
+            return
+        start = info.get("from_min")
+        text = f"{label} level {info['level']:,.1f} MB" + (f", from minute {start:.1f}" if start is not None
+                                                            else " (not level yet)")
+        ax.hlines(info["level"], start if start is not None else 2 * end / 3, end, color=color, linewidth=2.2,
+                  alpha=0.5, label=text)
+        if start is not None:
+            ax.axvline(start, color=color, linestyle=":", linewidth=1)
+
+    ax = axes[0]
+    mem = series(points, "state_memory_bytes")
+    ax.plot([m for m, _ in mem], [v / 2 ** 20 for _, v in mem], color="tab:purple", linewidth=0.9,
+            label="RocksDB memory (Spark's memoryUsedBytes, all state stores)")
+    bound = summary.get("rocksdb_memory_bound_mb")
+    if bound:
+        ax.axhline(bound, color="black", linestyle="--", linewidth=0.9, label=f"bound: maxMemoryUsageMB = {bound:g}")
+    mark(ax, lv["rocksdb_memory_mb"], "tab:purple", "RocksDB")
+    ax.set_ylabel("MB")
+    ax.set_ylim(0, max([v / 2 ** 20 for _, v in mem] + [bound or 0, 0.1]) * 1.45)
+    ax = axes[1]
+    ax.plot([s["minute"] for s in samples], [s["state_disk_bytes"] / 2 ** 20 for s in samples], color="tab:brown",
+            linewidth=0.9, label="state on disk (checkpoint's state/)")
+    mark(ax, lv["state_disk_mb"], "tab:brown", "disk")
+    ax.set_ylabel("MB")
+    ax.set_ylim(0, max([s["state_disk_bytes"] / 2 ** 20 for s in samples] + [0.1]) * 1.45)
+    ax = axes[2]
+    for key, color, label in (("jvm_mb", "tab:orange", "JVM (RSS)"), ("python_workers_mb", "tab:olive",
+                                                                      "Python workers (PSS)")):
+        ax.plot([s["minute"] for s in samples], [s[key] for s in samples], color=color, linewidth=0.9, label=label)
+    mark(ax, lv["jvm_rss_mb"], "tab:orange", "JVM")
+    mark(ax, lv["python_workers_mb"], "tab:olive", "workers")
+    ax.set_ylabel("MB")
+    ax.set_ylim(0, max([s["jvm_mb"] for s in samples] + [s["python_workers_mb"] for s in samples] + [1]) * 1.45)
+    for ax in axes:
+        ax.set_xlim(0, end * 1.01)
+        ax.grid(alpha=0.25)
+        ax.legend(fontsize=7, loc="upper left", ncol=2, framealpha=0.85)
+    axes[-1].set_xlabel("minutes since the first micro-batch")
+    axes[0].set_title(f"Where memory and disk level off - {cfg['rate']:g} events/s, {cfg['users']} users,"
+                      f" {end:.0f} min, {summary['batches']} batches", fontsize=9)
+    return _save(fig, path)
+
+
+def relevel(out: Path) -> dict[str, Any]:
+    """Recompute :func:`levels` and the plots of a finished run from its files in ``out``
+    (``metrics.jsonl``, ``samples.jsonl``, ``state_samples.jsonl``, ``soak.json``), e.g. a run
+    made before :func:`levels` existed; ``soak.json`` gets the ``levels``."""
+    summary = json.loads((out / "soak.json").read_text())
+    points, t0 = load_points(out / "metrics.jsonl")
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
+    samples = [s | {"minute": round((s["time"] - t0) / 60, 4)} for s in samples]
+    states = [json.loads(line) for line in (out / "state_samples.jsonl").read_text().splitlines() if line.strip()]
+    keys = [(round((s["time"] - t0) / 60, 4), float(s["keys"])) for s in states if s["time"] >= t0]
+    summary["levels"] = levels(points, samples, points[-1].minute)
+    plot(points, samples, keys, summary, out)
+    (out / "soak.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary["levels"]
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -1035,6 +1177,8 @@ def parser() -> argparse.ArgumentParser:
                    help="an extra Spark setting (repeatable)")
     p.add_argument("--out", type=Path, help="results directory (default: benchmarks/results/soak-STAMP)")
     p.add_argument("--keep", action="store_true", help="keep the checkpoint and the sink in OUT/work")
+    p.add_argument("--levels", type=Path, metavar="OUT", help="only recompute where memory and disk level off, and"
+                   " the plots, of the finished run in OUT (no new run)")
     return p
 
 
@@ -1054,6 +1198,9 @@ def main(argv: list[str] | None = None) -> int:
     from .runner import start_session
 
     args = parser().parse_args(argv)
+    if args.levels is not None:
+        print(json.dumps(relevel(args.levels), indent=2))
+        return 0
     if any("=" not in c for c in args.conf):
         print("--conf takes KEY=VALUE", file=sys.stderr)
         return 2
@@ -1097,6 +1244,10 @@ def main(argv: list[str] | None = None) -> int:
     if "state_keys" in v:
         print(f"\nend state: {v['state_keys']} keys = {v['open_sessions_reference']} open sessions by the reference;"
               f" output: {v['sessions_output']:,} sessions, lost {v['lost']}, duplicated {v['duplicated']}\n")
+    for name, info in (s.get("levels") or {}).items():
+        print(f"  level  {name:<18} {info['level']} MB (p{info['percentile']:g} by third {info['thirds']},"
+              f" max {info['max']:.1f}),"
+              f" {'level from minute ' + str(info['from_min']) if info['from_min'] is not None else 'not level'}")
     for c in result.checks:
         print(f"  {'ok  ' if c.ok else 'FAIL'} {c.name:<15} {c.detail}")
     print(f"\nJSON: {out / 'soak.json'}\nplots: {', '.join(str(p) for p in result.images)}")

@@ -353,6 +353,20 @@ def test_generator_paces_at_its_rate(monkeypatch):
     assert [(p.start, p.stop) for p in capped.partitions({"index": 0}, {"index": 5})] == [(0, 3), (3, 5)]
 
 
+def test_generator_burst_is_there_at_the_start_then_the_rate_paces(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(generator_source.time, "monotonic", lambda: now[0])
+    reader = generator_source.GeneratorDataSource(
+        {"rate": "10", "burst": "5000", "users": "2", "maxEventsPerTrigger": "2000"}).streamReader(None)
+    limit = reader.getDefaultReadLimit()
+    assert reader.latestOffset({"index": 0}, limit) == {"index": 2000}  # far ahead: the batch limit
+    assert reader.reportLatestOffset() == {"index": 5000}  # the backlog the metrics show
+    now[0] += 3
+    assert reader.latestOffset({"index": 4000}, limit) == {"index": 5030}  # the burst, then 10 a second
+    with pytest.raises(ConfigError, match="burst is records offered at the start"):
+        generator_source.GeneratorDataSource({"burst": "-1"}).streamReader(None)
+
+
 # --- kafka -----------------------------------------------------------------------------------------
 
 def test_kafka_missing_connector_message_names_the_package(spark):

@@ -59,7 +59,11 @@ def test_short_soak_stays_flat_and_expired_state_goes_away(spark, tmp_path: Path
     assert v["sessions_output"] == v["sessions_reference"] == s["sessions_emitted"] > 0
     assert s["events"] == v["events_read"] and s["dead_letters"] == 0
 
-    assert [p.name for p in result.images] == ["soak_batch_duration.png", "soak_state.png", "soak_resources.png"]
+    assert [p.name for p in result.images] == ["soak_batch_duration.png", "soak_state.png", "soak_resources.png",
+                                               "soak_levels.png"]
+    # where RocksDB memory, the disk and the processes' memory settle, each with its maximum
+    assert set(s["levels"]) == {"rocksdb_memory_mb", "state_disk_mb", "jvm_rss_mb", "python_workers_mb"}
+    assert all(lv["max"] is not None and lv["level"] is not None for lv in s["levels"].values())
     for p in result.images:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size < 150_000
     saved = json.loads((tmp_path / "soak" / "soak.json").read_text())

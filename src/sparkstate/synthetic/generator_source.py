@@ -7,8 +7,9 @@ continues where its checkpoint ends. Rows are ``value string`` (the raw line, ma
 not) and ``offset long`` (the record's index); :func:`sparkstate.io.sources.open_source`
 parses them like any other JSON-lines source.
 
-Pacing: with ``rate > 0`` the source offers ``rate`` records per second of wall-clock time
-since the query started (``maxEventsPerTrigger`` caps a batch); with ``rate=0`` everything up to
+Pacing: with ``rate > 0`` the source offers ``burst`` records (default 0) when the query starts,
+then ``rate`` records per second of wall-clock time since it started (``maxEventsPerTrigger``
+caps a batch, so a burst is read in bounded batches); with ``rate=0`` everything up to
 ``events`` at once. Under ``trigger(availableNow=True)`` the stream ends at ``events`` (for an
 endless stream: after one second's worth of records, ``rate`` of them), without pacing.
 
@@ -127,7 +128,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.config.rate == 0:
             avail = self.config.events if self.config.events is not None else start
         else:
-            avail = self._base + int(self.config.rate * (now - self._clock_start))
+            avail = self._base + self.config.burst + int(self.config.rate * (now - self._clock_start))
         if self.config.events is not None:
             avail = min(avail, self.config.events)
         if self._available_now:

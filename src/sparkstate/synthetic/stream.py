@@ -72,6 +72,9 @@ class StreamConfig:
     - ``users``: number of users (``user-000``, ...); ``seed``: same seed, same records.
     - ``rate``: records per second of wall-clock time when Spark reads the stream (``0``: as
       fast as Spark reads; needs ``events``).
+    - ``burst``: records offered at once when the query starts, before ``rate`` paces the rest:
+      a source far ahead of the job (a replay, a restart after an outage) whose rate then drops.
+      Pacing only: record ``i`` is the same whatever ``rate`` and ``burst``.
     - ``events``: total number of records (``None``: endless).
     - sessions: 1 to ``max_session_events`` events (uniform); inside a session, events at most
       ``0.9 * gap`` apart (uniform); between sessions a pause of 1.5 to 5 ``gap`` (uniform),
@@ -88,6 +91,9 @@ class StreamConfig:
 
     >>> StreamConfig.from_options({"rate": "500", "users": "10", "late": "0.01"}).late_share
     0.01
+    >>> base = StreamConfig(users=3, seed=2, events=40)
+    >>> stream_records(replace(base, rate=5, burst=30)) == stream_records(base)  # pacing only
+    True
     >>> StreamConfig(users=0)
     Traceback (most recent call last):
     ...
@@ -98,6 +104,7 @@ class StreamConfig:
     seed: int = 0
     rate: float = 100.0
     events: int | None = None
+    burst: int = 0
     gap: Duration = "1 minute"
     last_share: float = 0.3
     max_session_events: int = 8
@@ -123,6 +130,8 @@ class StreamConfig:
             fail(f"events must be >= 0 (or None for an endless stream), got {self.events!r}")
         if self.rate == 0 and self.events is None:
             fail("rate=0 (as fast as Spark reads) needs a total: pass events=N, or a rate > 0")
+        if not isinstance(self.burst, int) or self.burst < 0:
+            fail(f"burst is records offered at the start and must be >= 0, got {self.burst!r}")
         for name in ("last_share", "late_share", "malformed_share"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
@@ -209,7 +218,7 @@ def _convert(key: str, value: Any) -> Any:
         return value
     text = value.strip()
     try:
-        if key in ("users", "seed", "max_session_events", "churn"):
+        if key in ("users", "seed", "max_session_events", "churn", "burst"):
             return int(text)
         if key == "cycle":
             return None if text.lower() in ("", "none", "off") else text.lower()
