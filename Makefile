@@ -36,8 +36,12 @@ pg:
 kafka: $(STAMP)
 	$(PY) -c "from sparkstate.io.connectors import main; raise SystemExit(main(['fetch']))"
 
+# Two pytest workers (pytest-xdist; worksteal rebalances the long tests): a Spark test spends much
+# of its time waiting (triggers, JVM and Python worker start-up, child jobs), so two share 2 cores well.
+# PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 test: $(STAMP) pg kafka
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
