@@ -280,7 +280,7 @@ def make_batches(workload: str, keys: int, batches: int, events_per_key: int, se
 # -- one pass -------------------------------------------------------------------------------------
 
 #: Phases are timed in this thread's CPU time: on a shared machine the wall clock also counts
-#: the time other processes held the core (measured: 2.5x the CPU time at load 9 on 2 cores).
+#: the time other processes held the core (measured: up to 4x the CPU time at load 9 on 2 cores).
 cpu = time.thread_time
 
 
