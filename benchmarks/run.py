@@ -85,8 +85,8 @@ def parser() -> argparse.ArgumentParser:
                         f" size (--batches {STEADY_BATCHES + 1}); the steady events/s column is over the"
                         f" {STEADY_BATCHES}")
     w.add_argument("--high-cardinality", nargs="?", type=count_arg, const=HIGH_CARDINALITY, metavar="KEYS",
-                   help=f"add a cell with KEYS keys (default {data.human(HIGH_CARDINALITY)}) to --keys, each key"
-                        f" touched once per micro-batch at the standard batch size")
+                   help=f"add a cell with KEYS keys (default {data.human(HIGH_CARDINALITY)}) to --keys; at the"
+                        " standard batch size (250K events) each micro-batch touches 250K of them once")
     w.add_argument("--sweep", action="store_true",
                    help=f"keys {', '.join(map(data.human, SWEEP_KEYS))} x events/key/batch"
                         f" {', '.join(map(str, SWEEP_EVENTS_PER_KEY))}; events per cell max(--events, keys x"
