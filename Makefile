@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench soak install clean pg kafka
+.PHONY: demo test bench bench-loop soak install clean pg kafka
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,9 +46,17 @@ test: $(STAMP) pg kafka
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
 
-# Benchmarks (see benchmarks/README.md): BENCH_ARGS="--quick" for a short smoke run.
+# Benchmarks (see benchmarks/README.md): BENCH_ARGS="--quick" for a short smoke run,
+# BENCH_ARGS="--steady --high-cardinality" for 20 steady micro-batches and a 1M-key cell.
+# Then the batched engine's per-key loop without Spark (benchmarks/loop.py, about a minute):
+# LOOP_ARGS="--keys 25000 --profile 20" for where the time goes; `make bench-loop` runs it alone.
+LOOP_ARGS ?= --keys 25000 --repeats 3
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
+	$(PY) -m benchmarks.loop $(LOOP_ARGS)
+
+bench-loop: $(STAMP)
+	$(PY) -m benchmarks.loop $(LOOP_ARGS)
 
 # Soak run (benchmarks/soak.py): sessionize on the generator at a fixed rate for 10 minutes; exits 1
 # unless batch duration and state stay flat. SOAK_ARGS="--minutes 2 --rate 300" to change it.

@@ -10,9 +10,10 @@ and walking its large address space for PSS takes the kernel's memory-map lock, 
 the very query being measured (several seconds per run on 2 cores). Peaks are per group and of
 the total at one sample instant.
 
->>> summarize_batches([{"batchId": b, "numInputRows": 10, "durationMs": {"triggerExecution": ms}}
-...                    for b, ms in enumerate([900, 100, 200, 300])])["p50_ms"]
-200.0
+>>> s = summarize_batches([{"batchId": b, "numInputRows": n, "durationMs": {"triggerExecution": ms}}
+...                        for b, (n, ms) in enumerate([(10, 900), (10, 100), (10, 200), (10, 300), (0, 50)])])
+>>> s["p50_ms"], s["steady_events_per_s"], s["steady_batches"]
+(150.0, 50.0, 3)
 """
 
 from __future__ import annotations
@@ -151,19 +152,38 @@ def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
+def steady_rate(batches: list[dict]) -> tuple[float | None, int]:
+    """Steady-state events/s: the rows of the batches after the first (the warm-up: worker
+    start, RocksDB open, JIT) over the sum of their ``triggerExecution``, and how many batches
+    that is. Trailing batches without input (an event-time query's final no-data batch, which
+    ``availableNow`` adds to fire what is left) are not in it: a long-running job never sees them."""
+    timed = batches[1:]
+    while timed and not timed[-1]["rows"]:
+        timed = timed[:-1]
+    ms = sum(b["ms"] or 0 for b in timed)
+    rows = sum(b["rows"] or 0 for b in timed)
+    if not timed or ms <= 0:
+        return None, len(timed)
+    return round(rows / (ms / 1000), 1), len(timed)
+
+
 def summarize_batches(progress: list[dict]) -> dict:
-    """Batch list and p50/p95 of ``triggerExecution`` with the first batch excluded."""
+    """Batch list, p50/p95 of ``triggerExecution`` with the first batch excluded, and the
+    steady-state rate (:func:`steady_rate`)."""
     batches = [
         {"batch": p.get("batchId"), "rows": p.get("numInputRows", 0),
          "ms": (p.get("durationMs") or {}).get("triggerExecution")}
         for p in progress
     ]
     timed = [b["ms"] for b in batches[1:] if b["ms"] is not None]
+    steady = steady_rate(batches)
     return {
         "batches": batches,
         "p50_ms": _percentile(timed, 50),
         "p95_ms": _percentile(timed, 95),
         "timed_batches": len(timed),
+        "steady_events_per_s": steady[0],
+        "steady_batches": steady[1],
     }
 
 

@@ -1,14 +1,16 @@
 """The results as Markdown tables (stdout) and as one JSON file.
 
 >>> rows = [{"contender": "java-mgws", "reference": True, "events_per_s": 50_000.0, "p50_ms": 900.0,
+...          "steady_events_per_s": 80_000.0, "steady_batches": 20,
 ...          "p95_ms": 1000.0, "state_rows": 10, "state_memory_bytes": 2_000_000, "memory": {}},
 ...         {"contender": "sparkstate-tws", "reference": False, "events_per_s": 10_000.0, "p50_ms": 4000.0,
+...          "steady_events_per_s": 20_000.0, "steady_batches": 20,
 ...          "p95_ms": 4100.0, "state_rows": 10, "state_memory_bytes": 2_000_000, "memory": {}}]
 >>> add_ratios(rows)
->>> rows[1]["ratio_to_reference"]
-0.2
+>>> rows[1]["ratio_to_reference"], rows[1]["steady_ratio_to_reference"]
+(0.2, 0.25)
 >>> print(table(rows).splitlines()[3])
-| sparkstate-tws | 10.0K | 0.20x | 4000 | 4100 | 10 | 1.9 | - | - | - |  |
+| sparkstate-tws | 10.0K | 0.20x | 20.0K | 0.25x | 20 | 4000 | 4100 | 10 | 1.9 | - | - | - |  |
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def add_ratios(results: list[dict]) -> None:
         eps = r.get("events_per_s")
         r["ratio_to_reference"] = round(eps / ref["events_per_s"], 3) if (ref and eps) else None
         r["reference_contender"] = ref["contender"] if ref else None
+        steady, ref_steady = r.get("steady_events_per_s"), (ref or {}).get("steady_events_per_s")
+        r["steady_ratio_to_reference"] = round(steady / ref_steady, 3) if (steady and ref_steady) else None
 
 
 def _rate(v: float | None) -> str:
@@ -71,20 +75,23 @@ def _note(r: dict) -> str:
 
 
 def table(results: list[dict]) -> str:
-    """One cell's contenders: throughput, batch durations, state, peak memory."""
-    header = ["contender", "events/s", "x ref", "p50 ms", "p95 ms", "state rows", "state MB",
-              "JVM MB", "py workers MB", "total MB", "notes"]
+    """One cell's contenders: throughput (whole run, and steady after the first batch), batch
+    durations, state, peak memory."""
+    header = ["contender", "events/s", "x ref", "steady ev/s", "x ref steady", "steady batches", "p50 ms",
+              "p95 ms", "state rows", "state MB", "JVM MB", "py workers MB", "total MB", "notes"]
     rows = []
     for r in results:
         mem = r.get("memory") or {}
-        ratio = r.get("ratio_to_reference")
+        ratio, steady_ratio = r.get("ratio_to_reference"), r.get("steady_ratio_to_reference")
         rows.append([
             r["contender"], _rate(r.get("events_per_s")), "-" if ratio is None else f"{ratio:.2f}x",
+            _rate(r.get("steady_events_per_s")), "-" if steady_ratio is None else f"{steady_ratio:.2f}x",
+            _num(r.get("steady_batches")),
             _num(r.get("p50_ms")), _num(r.get("p95_ms")), _num(r.get("state_rows"), "{:,}"),
             _mb(r.get("state_memory_bytes")), _num(mem.get("jvm_mb")), _num(mem.get("python_workers_mb")),
             _num(mem.get("total_mb")), _note(r),
         ])
-    return _markdown(header, rows, right=set(range(1, 10)))
+    return _markdown(header, rows, right=set(range(1, 13)))
 
 
 def scaling_table(results: list[dict]) -> str:

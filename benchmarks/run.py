@@ -30,6 +30,12 @@ from .measure import load_average
 from .runner import ROOT, Task, bench_config, execute, start_session, task_json
 
 SWEEP_KEYS = (1_000, 100_000, 1_000_000, 10_000_000)
+#: The standard input: 1M events in 4 micro-batches of 250K.
+STANDARD_EVENTS, STANDARD_BATCHES = 1_000_000, 4
+#: --steady: one warm-up micro-batch, then this many, each of the standard batch's size.
+STEADY_BATCHES = 20
+#: --high-cardinality without a number (and its size in --quick).
+HIGH_CARDINALITY, QUICK_HIGH_CARDINALITY = 1_000_000, 4_000
 SWEEP_EVENTS_PER_KEY = (1, 10, 100)
 WORKLOADS = ("count", "sessions")
 
@@ -66,11 +72,21 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--workload", action="append", choices=[*WORKLOADS, "all"],
                    help="running count and/or event-time sessionization (repeatable; default: count)")
     w.add_argument("--keys", nargs="+", type=count_arg, default=[50_000], help="distinct keys (several: one run each)")
-    w.add_argument("--events", type=count_arg, default=1_000_000, help="events in the input")
+    w.add_argument("--events", type=count_arg,
+                   help=f"events in the input (default {data.human(STANDARD_EVENTS)}; with --steady"
+                        f" {STEADY_BATCHES + 1} x {data.human(STANDARD_EVENTS // STANDARD_BATCHES)})")
     w.add_argument("--events-per-key", nargs="+", type=count_arg,
                    help="events per touched key per micro-batch (default: events spread evenly over the keys)")
     w.add_argument("--files", type=int, default=8, help="Parquet files in the input")
     w.add_argument("--files-per-trigger", type=int, default=2, help="files read per micro-batch")
+    w.add_argument("--batches", type=int, help="micro-batches in the input (sets --files to batches x files-per-trigger)")
+    w.add_argument("--steady", action="store_true",
+                   help=f"a long-running job's view: 1 warm-up + {STEADY_BATCHES} micro-batches of the standard batch"
+                        f" size (--batches {STEADY_BATCHES + 1}); the steady events/s column is over the"
+                        f" {STEADY_BATCHES}")
+    w.add_argument("--high-cardinality", nargs="?", type=count_arg, const=HIGH_CARDINALITY, metavar="KEYS",
+                   help=f"add a cell with KEYS keys (default {data.human(HIGH_CARDINALITY)}) to --keys; at the"
+                        " standard batch size (250K events) each micro-batch touches 250K of them once")
     w.add_argument("--sweep", action="store_true",
                    help=f"keys {', '.join(map(data.human, SWEEP_KEYS))} x events/key/batch"
                         f" {', '.join(map(str, SWEEP_EVENTS_PER_KEY))}; events per cell max(--events, keys x"
@@ -111,7 +127,10 @@ class Cell:
 def apply_quick(args: argparse.Namespace) -> None:
     """``--quick``: tiny inputs, both workloads, one session, outputs verified."""
     args.workload = args.workload or ["all"]
-    args.keys, args.events, args.files, args.files_per_trigger = [500], 4_000, 4, 2
+    args.batches = 6 if args.steady else 2  # --steady in --quick: 1 warm-up + 5
+    args.keys, args.events, args.files_per_trigger = [500], 2_000 * args.batches, 2
+    if args.high_cardinality:
+        args.high_cardinality = QUICK_HIGH_CARDINALITY
     args.events_per_key, args.sweep = None, False
     args.state_keys, args.touched, args.scaling_batches = [2_000, 20_000], 500, 3
     args.isolation = args.isolation or "session"
@@ -119,9 +138,29 @@ def apply_quick(args: argparse.Namespace) -> None:
     args.timeout = min(args.timeout, 300)
 
 
+def input_layout(args: argparse.Namespace) -> tuple[int, int]:
+    """(events, files) of every cell: ``--batches`` / ``--steady`` set the files, and without
+    ``--events`` a --steady input keeps the standard batch size (250K events) for its 21 batches.
+
+    >>> input_layout(parser().parse_args([]))
+    (1000000, 8)
+    >>> input_layout(parser().parse_args(["--steady"]))
+    (5250000, 42)
+    >>> input_layout(parser().parse_args(["--batches", "10", "--events", "2M", "--files-per-trigger", "1"]))
+    (2000000, 10)
+    """
+    batches = args.batches or (STEADY_BATCHES + 1 if args.steady else None)
+    files = args.files if batches is None else batches * args.files_per_trigger
+    events = args.events
+    if events is None:
+        events = STANDARD_EVENTS if batches is None else STANDARD_EVENTS // STANDARD_BATCHES * batches
+    return events, files
+
+
 def plan(args: argparse.Namespace) -> tuple[list[Cell], list[dict]]:
     cells: list[Cell] = []
     skipped: list[dict] = []
+    events, files = input_layout(args)
     if args.scaling:
         chosen = tuple(c for c in select(contenders("count"), args.contenders) if args.contenders or c.in_scaling)
         for n in args.state_keys:
@@ -132,20 +171,21 @@ def plan(args: argparse.Namespace) -> tuple[list[Cell], list[dict]]:
         chosen = tuple(select(contenders(kind), args.contenders))
         if not chosen:
             continue
-        common = dict(files=args.files, files_per_trigger=args.files_per_trigger)
+        common = dict(files=files, files_per_trigger=args.files_per_trigger)
         if args.sweep:
             for keys in SWEEP_KEYS:
                 for epk in SWEEP_EVENTS_PER_KEY:
-                    events = max(args.events, keys * epk)
-                    if events > args.max_events:
-                        skipped.append({"workload": kind, "keys": keys, "events_per_key": epk, "events": events,
-                                        "reason": f"needs {events:,} events > --max-events {args.max_events:,}"})
+                    n = max(events, keys * epk)
+                    if n > args.max_events:
+                        skipped.append({"workload": kind, "keys": keys, "events_per_key": epk, "events": n,
+                                        "reason": f"needs {n:,} events > --max-events {args.max_events:,}"})
                         continue
-                    cells.append(Cell(kind, data.Workload(kind, keys, events, epk, **common), chosen))
+                    cells.append(Cell(kind, data.Workload(kind, keys, n, epk, **common), chosen))
         else:
-            for keys in args.keys:
+            keys_list = list(dict.fromkeys([*args.keys, *([args.high_cardinality] if args.high_cardinality else [])]))
+            for keys in keys_list:
                 for epk in args.events_per_key or [None]:
-                    cells.append(Cell(kind, data.Workload(kind, keys, args.events, epk, **common), chosen))
+                    cells.append(Cell(kind, data.Workload(kind, keys, events, epk, **common), chosen))
     return cells, skipped
 
 
@@ -234,7 +274,9 @@ def _line(r: dict) -> str:
     if r.get("error"):
         return f"  {r['contender']:<24} FAILED: {r['error'][:300]}"
     p50 = "-" if r.get("p50_ms") is None else f"{r['p50_ms']:.0f}"
-    return (f"  {r['contender']:<24} {report._rate(r.get('events_per_s')):>7} events/s   p50 {p50:>6} ms"
+    return (f"  {r['contender']:<24} {report._rate(r.get('events_per_s')):>7} events/s"
+            f"   steady {report._rate(r.get('steady_events_per_s')):>7} ({r.get('steady_batches', 0)} batches)"
+            f"   p50 {p50:>6} ms"
             f"   {r.get('seconds', 0):.1f} s   load {r.get('load_after')}")
 
 

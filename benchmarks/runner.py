@@ -157,6 +157,8 @@ def execute(spark: Any, task: Task) -> dict:
         result.update(events=rows, seconds=round(elapsed, 3),
                       events_per_s=round(rows / elapsed, 1) if elapsed > 0 and not result["error"] else None)
         result.update(summarize_batches(progress))
+        if result["error"]:
+            result["steady_events_per_s"] = None
         result.update(state_size(progress))
         result["memory"] = sampler.result()
         if task.verify and not result["error"]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmarks.contenders import contenders
 from benchmarks.data import Workload
-from benchmarks.run import parser, plan
+from benchmarks.run import apply_quick, parser, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,13 +34,14 @@ def test_quick_run_measures_every_contender(tmp_path: Path) -> None:
     for name, r in got.items():
         assert r["error"] is None, (name, r["error"])
         assert r["events_per_s"] > 0, name
+        assert r["steady_events_per_s"] > 0 and r["steady_batches"] >= 1, name
         assert r["events"] == r["params"]["total_events"], name
         assert r["state_rows"] > 0, name
         assert r["p50_ms"] is not None and r["p95_ms"] >= r["p50_ms"], name
         assert r["memory"]["jvm_mb"] > 0, name
         assert r["output_matches_reference"] is True, name
-        assert r["ratio_to_reference"] > 0, name
-    assert "| contender" in done.stdout and str(path) in done.stdout
+        assert r["ratio_to_reference"] > 0 and r["steady_ratio_to_reference"] > 0, name
+    assert "| contender" in done.stdout and "steady ev/s" in done.stdout and str(path) in done.stdout
 
 
 def test_sweep_plan_covers_the_grid_within_the_event_budget() -> None:
@@ -54,3 +55,17 @@ def test_sweep_plan_covers_the_grid_within_the_event_budget() -> None:
 def test_standard_workload_layout() -> None:
     w = Workload("count", keys=50_000, events=1_000_000)
     assert (w.files, w.files_per_trigger, w.batches, w.total_events, w.distinct_keys) == (8, 2, 4, 1_000_000, 50_000)
+
+
+def test_steady_and_high_cardinality_plan() -> None:
+    cells, _ = plan(parser().parse_args(["--steady", "--high-cardinality", "--workload", "all"]))
+    assert {(c.workload, c.spec.keys) for c in cells} == {(k, n) for k in ("count", "sessions") for n in (50_000, 1_000_000)}
+    for c in cells:
+        assert c.spec.batches == 21 and c.spec.batch_events == 250_000, c.spec
+    big = next(c.spec for c in cells if c.spec.keys == 1_000_000)
+    assert big.touched == 250_000 and big.distinct_keys == 1_000_000  # every key seen, once per 4 batches
+
+    args = parser().parse_args(["--quick", "--high-cardinality"])
+    apply_quick(args)
+    cells, _ = plan(args)
+    assert sorted({c.spec.keys for c in cells}) == [500, 4_000]  # the tiny stand-in for 1M
