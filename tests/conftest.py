@@ -11,6 +11,27 @@ ROOT = Path(__file__).resolve().parent.parent
 # them the way a user's do (sparkstate ships modules that are not installed by value).
 
 
+# The longest tests (child jobs killed and restarted, a standalone cluster, soaks, the benchmark
+# smoke run) go first, split between the two halves of the list: `make test`'s pytest-xdist
+# "worksteal" scheduler gives each of its two workers one half and lets an idle worker take the
+# END of the other's queue, so each worker starts on its share of the long tests and the short
+# ones fill in beside them, instead of a long tail at the end. Without xdist it is only an order;
+# it is the same in every worker, as xdist requires.
+LONG_FIRST = ("reliability", "slow")
+LONG_IDS = ("benchmarks/test_smoke.py::test_quick_run", "tests/test_shipping.py::test_state_function_from_a_pytest")
+
+
+def pytest_collection_modifyitems(config, items):
+    def is_long(item) -> bool:
+        return any(item.get_closest_marker(m) for m in LONG_FIRST) or item.nodeid.startswith(LONG_IDS)
+
+    longs = [i for i in items if is_long(i)]
+    shorts = [i for i in items if not is_long(i)]
+    first, second = longs[0::2], longs[1::2]
+    cut = max(0, len(items) // 2 - len(first))
+    items[:] = first + shorts[:cut] + second + shorts[cut:]
+
+
 @pytest.fixture(scope="session")
 def spark():
     import sparkstate as ss

@@ -127,11 +127,11 @@ def _print_summary(console: Any, r: Any, summary_path: Path, log_path: Path | No
     table.add_row("equals the reference", verdict, f"{r.reference_sessions} sessions finished by that watermark")
     table.add_row("duration", f"{r.seconds:.1f} s", f"{total_s:.1f} s with Spark's start")
     console.print(table)
-    console.print(f"Sessions (Parquet): {r.sessions_dir}")
-    console.print(f"Summary: {summary_path.resolve()}")
+    console.print(f"Sessions (Parquet): {r.sessions_dir}", soft_wrap=True, markup=False)
+    console.print(f"Summary: {summary_path.resolve()}", soft_wrap=True, markup=False)
     if log_path is not None:
-        console.print(f"Spark's log: {log_path.resolve()}")
-    console.print(f"Read them with: spark.read.parquet({r.sessions_dir!r})")
+        console.print(f"Spark's log: {log_path.resolve()}", soft_wrap=True, markup=False)
+    console.print(f"Read them with: spark.read.parquet({r.sessions_dir!r})", soft_wrap=True, markup=False)
     if not r.matches_reference:
         console.print("[bold red]The written sessions differ from the reference:[/]")
         for line in r.mismatches:
