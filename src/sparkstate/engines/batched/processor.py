@@ -76,7 +76,6 @@ def _key_cuts(table: Any, key_pos: list[int], n: int) -> Any:
     return np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1
 
 
-
 class _Processor(StatefulProcessor, Calls):
     """transformWithStateInPandas processor; the grouping key is the bucket."""
 
