@@ -302,34 +302,69 @@ def run_call(
             outputs = [] if result is None else list(result)
         else:
             outputs = [] if result is None else [result]
-    except (TimeoutConfigError, StateNotFoundError) as exc:
-        # Misuse of the state API: the message is already the sentence the user needs.
-        raise type(exc)(f"{exc} (key {key!r})") from exc
-    except _ArgumentError as exc:
-        # A bad argument to a state method: the ValueError the contract names, with the key.
-        raise ValueError(f"{exc} (key {key!r})") from exc
-    except ModuleNotFoundError as exc:
-        # An import run inside the function, on a worker that lacks the module.
-        raise UserFunctionError(
-            f"the state function {getattr(func, '__name__', func)!r} raised {type(exc).__name__}: {exc}"
-            f" (key {key!r}): the Python workers cannot import {exc.name!r}. Import it at the top of the"
-            " function's module (a module that is not installed then travels with the query), install it"
-            " on the workers, or ship it with spark-submit --py-files."
-        ) from exc
     except Exception as exc:
-        raise UserFunctionError(
-            f"the state function {getattr(func, '__name__', func)!r} raised {type(exc).__name__}: {exc}"
-            f" (key {key!r}). Fix the function and restart the query on the same checkpoint:"
-            " the failed batch is processed again."
-        ) from exc
+        raise call_error(func, key, exc) from exc
+    verdict = settle(state, old_timeout_ms, keep_expired_state)
+    return Outcome(outputs, verdict != KEEP, state._exists, state._value, state._timeout_ms, verdict == DELETE)
 
+
+#: What :func:`settle` decides for a key's stored row after a call.
+KEEP, WRITE, DELETE = 0, 1, 2
+
+
+def settle(state: GroupState, old_timeout_ms: int | None, keep_expired_state: bool) -> int:
+    """After a call: ``KEEP`` (the stored row stays as it is), ``WRITE`` (store ``state``'s value,
+    existence and ``timeout_ms``) or ``DELETE`` (no state and no pending timeout left: the row goes).
+
+    The timeout is whatever the call set; after a timeout call that neither updated the state nor
+    set a new timeout, the state is removed unless ``keep_expired_state``. The engines' lean loops
+    call this directly (no :class:`Outcome` per key); :func:`run_call` wraps it.
+    """
     if state._timed_out and not keep_expired_state and not state._updated and not state._timeout_set:
         if state._exists:
             state.remove()
     timeout_ms = state._timeout_ms
-    write = state._updated or state._removed or timeout_ms != old_timeout_ms
-    exists = state._exists
-    return Outcome(outputs, write, exists, state._value, timeout_ms, write and not exists and timeout_ms is None)
+    if not (state._updated or state._removed or timeout_ms != old_timeout_ms):
+        return KEEP
+    return DELETE if not state._exists and timeout_ms is None else WRITE
+
+
+def call_error(func: GroupFunc, key: Any, exc: Exception) -> Exception:
+    """The error to raise (from ``exc``) when ``func`` raised ``exc`` for ``key``."""
+    if isinstance(exc, (TimeoutConfigError, StateNotFoundError)):
+        # Misuse of the state API: the message is already the sentence the user needs.
+        return type(exc)(f"{exc} (key {key!r})")
+    if isinstance(exc, _ArgumentError):
+        # A bad argument to a state method: the ValueError the contract names, with the key.
+        return ValueError(f"{exc} (key {key!r})")
+    name = getattr(func, "__name__", func)
+    if isinstance(exc, ModuleNotFoundError):
+        # An import run inside the function, on a worker that lacks the module.
+        return UserFunctionError(
+            f"the state function {name!r} raised {type(exc).__name__}: {exc}"
+            f" (key {key!r}): the Python workers cannot import {exc.name!r}. Import it at the top of the"
+            " function's module (a module that is not installed then travels with the query), install it"
+            " on the workers, or ship it with spark-submit --py-files."
+        )
+    return UserFunctionError(
+        f"the state function {name!r} raised {type(exc).__name__}: {exc}"
+        f" (key {key!r}). Fix the function and restart the query on the same checkpoint:"
+        " the failed batch is processed again."
+    )
+
+
+def reset_state(state: GroupState, value: Any, exists: bool, timed_out: bool) -> GroupState:
+    """Make ``state`` the handle of another key of the same batch (its clocks and timeout mode
+    stay): what a fresh ``GroupState`` for that key would be, without building one per key.
+    A handle is valid during its call only, as in Spark."""
+    state._value = value
+    state._exists = exists
+    state._timed_out = timed_out
+    state._timeout_ms = None
+    state._updated = False
+    state._removed = False
+    state._timeout_set = False
+    return state
 
 
 def is_due(timeout_ms: int, now_ms: int) -> bool:

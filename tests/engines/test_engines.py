@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -204,8 +205,15 @@ def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_pat
 
 # --- state TTL, static input, several key columns ----------------------------------------
 
+def _data_batch_times_ms(run: StreamRun) -> list[int]:
+    """The trigger time (epoch ms, the clock state TTL is measured with) of each batch that read rows."""
+    return [int(dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+            for p in run.query.recentProgress if p["numInputRows"] > 0]
+
+
 def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
     engine = "tws"
+    ttl_ms, margin_ms = 10_000, 1_000
     land = LandingDir(tmp_path / "in")
     land.add([{"word": "a"}, {"word": "b"}])
     out = ss.map_groups_with_state(land.stream(spark, "word string"), engine=engine, key="word", func=count_words,
@@ -214,12 +222,21 @@ def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
         run.wait_input()
         land.add([{"word": "a"}])
         run.wait_input()
-        time.sleep(11)
+        t1, t2 = _data_batch_times_ms(run)
+        # Wait (on the clock, not a fixed sleep) until both keys' last update is older than the TTL.
+        while time.time() * 1000 < t2 + ttl_ms + margin_ms:
+            time.sleep(0.1)
         land.add([{"word": "a"}, {"word": "b"}])
         run.wait_input()
         rows = [tuple(r) for r in run.rows]
+        t3 = _data_batch_times_ms(run)[2]
+    assert t3 - t2 > ttl_ms
     assert sorted(rows[:2]) == [("a", 1), ("b", 1)]
-    assert rows[2] == ("a", 2)
+    # "a" again: its state is kept when the second batch came within the TTL (on a busy machine it may not).
+    if t2 - t1 < ttl_ms - margin_ms:
+        assert rows[2] == ("a", 2)
+    elif t2 - t1 > ttl_ms + margin_ms:
+        assert rows[2] == ("a", 1)
     # More than 10 s without an update: both keys start again.
     assert sorted(rows[3:]) == [("a", 1), ("b", 1)]
 

@@ -70,6 +70,38 @@ def leaf_of(leaves: dict, bits: int) -> int:
             raise StateSchemaError(f"batched engine: no leaf for hash bits {bits:#x}; the directory is damaged")
 
 
+#: Below this many keys, :func:`place_keys` walks the tree per key (numpy's set-up costs more).
+_PLACE_VECTOR_MIN = 64
+
+
+def place_keys(leaves: dict, hashes: list[int]) -> list[int]:
+    """:func:`leaf_of` for many keys: the leaf id of each hash.
+
+    The leaves cover the hash space without overlap, so a key's leaf is the one leaf whose
+    prefix its bits match; this tests all keys against the leaves of one depth at a time
+    (a bucket's leaves have few distinct depths) instead of walking the tree key by key.
+    """
+    if len(hashes) < _PLACE_VECTOR_MIN:
+        return [leaf_of(leaves, leaf_bits(h)) for h in hashes]
+    import numpy as np
+
+    bits = (np.fromiter(hashes, np.int64, len(hashes)) >> 32) & 0xFFFFFFFF
+    by_depth: dict[int, list[int]] = {}
+    for lid in leaves:
+        by_depth.setdefault(_depth(lid), []).append(lid)
+    out = np.zeros(len(hashes), np.int64)
+    open_ = np.ones(len(hashes), bool)
+    for depth in sorted(by_depth):
+        cand = (bits & ((1 << depth) - 1)) | (1 << depth)
+        hit = open_ & np.isin(cand, np.array(by_depth[depth], np.int64))
+        out[hit] = cand[hit]
+        open_ &= ~hit
+    if open_.any():
+        bad = int(bits[np.flatnonzero(open_)[0]])
+        raise StateSchemaError(f"batched engine: no leaf for hash bits {bad:#x}; the directory is damaged")
+    return out.tolist()
+
+
 def _depth(lid: int) -> int:
     return lid.bit_length() - 1
 

@@ -9,6 +9,7 @@ fires a timeout and when a key's entry goes are :mod:`sparkstate.group_state`'s 
 
 from __future__ import annotations
 
+import bisect
 import gc
 import pickle
 from contextlib import contextmanager
@@ -19,14 +20,15 @@ from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from ...errors import StateSchemaError
-from ...group_state import initial_timeout, is_due, run_call, timer_for
-from ...types import row_class
+from ...errors import StateTypeError
+from ...group_state import DELETE, KEEP, call_error, initial_timeout, is_due, reset_state, settle, timer_for
+from ...types import RowTypeError, columns_encoder, row_class
 from .._calls import Calls, time_mode
 from .._fit import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
 from ..columns import arrow_column_converter
 from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA,
-                     LEAF_VARIABLE, Directory, leaf_bits, leaf_of, min_timeout, split_leaf)
+                     LEAF_VARIABLE, Directory, min_timeout, place_keys, split_leaf)
 
 BLOB_COLUMN = "_sparkstate_blob"
 
@@ -112,6 +114,8 @@ class _Processor(StatefulProcessor, Calls):
             tz = zone(self.tz)
             self.converters = [pandas_column_converter(f.dataType, tz) for f in fields]
         self.output_names = list(plan.output_schema.names)
+        self.encode_output_columns = columns_encoder(plan.output_schema, "output")
+        self.encode_state_cols, self.decode_state_cols = plan.state_codec.columns_coders()
         self.key_schema = StructType([self.value_schema[k] for k in plan.key_columns]).json()
         self.state_schema = plan.state_codec.columns.json()
         self._remap: dict[tuple, Any] = {}
@@ -198,27 +202,52 @@ class _Processor(StatefulProcessor, Calls):
             self.handle.registerTimer(want)
         d.timer = want
 
-    # -- one call of the user's function --------------------------------------------------------
-    def _call(self, leaf: dict, key: Any, h: int, values: Any, pt: int, wm: int, timed_out: bool) -> list:
-        entry = leaf.get(key)
-        if entry is None:
-            value, exists, old_timeout = None, False, None
-        else:
-            cols, old_timeout = entry[0], entry[1]
-            exists = cols is not None
-            value = self.codec.decode_columns(cols) if exists else None
-        state = self.group_state(value, exists, pt, wm, timed_out)
-        outcome = run_call(
-            self.plan.func, key, values, state, flat=self.plan.flat,
-            old_timeout_ms=old_timeout, keep_expired_state=self.plan.keep_expired_state,
-        )
-        if outcome.write:
-            if outcome.delete:
-                leaf.pop(key, None)
+    # -- the user's function, key after key -----------------------------------------------------
+    def _run_keys(self, calls: list, timed_out: bool, state: Any, out: list, owners: list) -> None:
+        """Call the user's function for each ``(leaf, key, hash, rows)`` of ``calls`` and apply
+        what :func:`~sparkstate.group_state.settle` decides to the key's entry in its leaf.
+
+        The per-key work is kept to the loop itself: one ``GroupState`` reset per key (not a new
+        one), outputs collected raw (encoded as columns once, in :meth:`_frame`), and for each
+        output run the key it came from (``owners``: end index, key) to name it in errors.
+        """
+        plan = self.plan
+        func, flat, keep = plan.func, plan.flat, plan.keep_expired_state
+        decode, encode = self.decode_state_cols, self.encode_state_cols
+        append, extend = out.append, out.extend
+        for leaf, k, h, rows in calls:
+            entry = leaf.get(k)
+            if entry is None:
+                reset_state(state, None, False, timed_out)
+                old = None
             else:
-                cols = self.encode_state(key, outcome.value) if outcome.exists else None
-                leaf[key] = [cols, outcome.timeout_ms, h]
-        return self.encode_outputs(key, outcome.outputs)
+                cols, old = entry[0], entry[1]
+                if cols is None:
+                    reset_state(state, None, False, timed_out)
+                else:
+                    reset_state(state, decode(cols), True, timed_out)
+            try:
+                result = func(k, iter(rows), state)
+                if result is not None:
+                    if flat:
+                        extend(result)
+                    else:
+                        append(result)
+            except Exception as exc:
+                raise call_error(func, k, exc) from exc
+            if result is not None:
+                owners.append((len(out), k))
+            verdict = settle(state, old, keep)
+            if verdict == KEEP:
+                continue
+            if verdict == DELETE:
+                leaf.pop(k, None)
+                continue
+            try:
+                cols = encode(state._value) if state._exists else None
+            except StateTypeError as exc:
+                raise StateTypeError(f"{plan.operator}: the state of key {k!r} cannot be stored: {exc}") from None
+            leaf[k] = [cols, state._timeout_ms, h]
 
     # -- the transformWithState callbacks -------------------------------------------------------
     def _group_rows(self, frames: Iterator[Any]) -> tuple[dict, dict]:
@@ -280,8 +309,9 @@ class _Processor(StatefulProcessor, Calls):
         now = self.now(pt, wm)
         d = self._load_dir()
         leaves = d.leaves
-        placed = [(k, hashes[k], leaf_of(leaves, leaf_bits(hashes[k]))) for k in groups]
-        need = {lid for _, _, lid in placed}
+        key_hashes = [hashes[k] for k in groups]
+        lids = place_keys(leaves, key_hashes)
+        need = set(lids)
         if d.fields != self.fields:
             # the state type changed since this bucket was written: re-lay all of its leaves now,
             # as the directory records one field layout for the whole bucket
@@ -292,26 +322,39 @@ class _Processor(StatefulProcessor, Calls):
             need.update(due)
         touched = self._load_leaves(d, need)
         out: list = []
-        for k, h, lid in placed:
-            out.extend(self._call(touched[lid], k, h, iter(groups[k]), pt, wm, False))
+        owners: list = []
+        state = self.group_state(None, False, pt, wm, False)
+        self._run_keys([(touched[lid], k, h, groups[k]) for k, h, lid in zip(groups, key_hashes, lids)],
+                       False, state, out, owners)
+        expired = []
         for lid in due:
             leaf = touched[lid]
-            for k, e in list(leaf.items()):
+            for k, e in leaf.items():
                 t = e[1]
                 if t is not None and k not in groups and is_due(t, now):
-                    out.extend(self._call(leaf, k, e[2], iter(()), pt, wm, True))
+                    expired.append((leaf, k, e[2], ()))
+        if expired:
+            self._run_keys(expired, True, state, out, owners)
         if touched:
             self._save(d, touched)
         before = d.timer
         self._arm(d, now)
         if touched or d.timer != before or d.fresh:
             self.dir_state.update((d.dumps(),))
-        return [self._frame(out)] if out else []
+        return [self._frame(out, owners)] if out else []
 
-    def _frame(self, rows: list) -> Any:
+    def _frame(self, outputs: list, owners: list) -> Any:
+        """The outputs as one pandas DataFrame, encoded column by column."""
         import pandas as pd
 
-        return pd.DataFrame.from_records(rows, columns=self.output_names)
+        try:
+            cols = self.encode_output_columns(outputs)
+        except RowTypeError as exc:
+            key = owners[bisect.bisect_right(owners, exc.index, key=lambda o: o[0])][1]
+            raise StateTypeError(
+                f"{self.plan.operator}: an output for key {key!r} does not match output_type: {exc}"
+            ) from None
+        return pd.DataFrame(dict(zip(self.output_names, cols)), columns=self.output_names)
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         with _gc_paused():
