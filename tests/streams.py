@@ -7,8 +7,10 @@ no-data batch at every trigger), so :class:`StreamRun` waits on progress events 
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
+import os
 import threading
 import time
 from datetime import datetime
@@ -61,6 +63,9 @@ def _default(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
+_last_mtime_ms = 0
+
+
 class LandingDir:
     """A directory a file source reads; each :meth:`add` is one new file (one micro-batch)."""
 
@@ -74,6 +79,11 @@ class LandingDir:
         name = f"part-{next(_counter):06d}"
         tmp = self.path / f".{name}.tmp"
         tmp.write_text("".join(json.dumps(r, default=_default) + "\n" for r in rows))
+        # Strictly increasing modification times (ms, as the file source reads them): files
+        # landed in one go are still read in the order they were added.
+        global _last_mtime_ms
+        _last_mtime_ms = max(int(time.time() * 1000), _last_mtime_ms + 1)
+        os.utime(tmp, ns=(_last_mtime_ms * 1_000_000, _last_mtime_ms * 1_000_000))
         tmp.rename(self.path / f"{name}.json")
         self.rows_written += len(rows)
 
@@ -153,6 +163,12 @@ class StreamRun:
             if time.time() > deadline:
                 raise TimeoutError(f"{k} batches did not finish in {timeout}s")
             time.sleep(0.05)
+
+    def data_batch_times_ms(self) -> list[int]:
+        """The trigger time (epoch ms: the batch's processing time, which processing-time timeouts
+        and state TTL are measured with) of each finished batch that read rows, in order."""
+        return [int(dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+                for p in self.query.recentProgress if p["numInputRows"] > 0]
 
     def _check_alive(self) -> None:
         if not self.query.isActive:

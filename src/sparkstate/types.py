@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import decimal
+import operator
 import re
 import types as _pytypes
 import typing
@@ -443,6 +444,8 @@ def _dataclass_decoder(cls: type) -> Callable[[Any], Any]:
         plan.append((f.name, decoder_for(inner), None if optional else default, f.init))
     plan_t = tuple(plan)
     all_init = all(p[3] for p in plan_t)
+    decs = tuple(p[1] for p in plan_t)
+    defaults = tuple(p[2] for p in plan_t)
     names = [p[0] for p in plan_t]
 
     def dec(v: Any) -> Any:
@@ -456,12 +459,8 @@ def _dataclass_decoder(cls: type) -> Callable[[Any], Any]:
             vals = [have.get(name) for name in names]
         else:
             vals = v
-        out = []
-        for (name, d, default, _), x in zip(plan_t, vals):
-            if x is None:
-                out.append(default() if default is not None else None)
-            else:
-                out.append(d(x))
+        out = [d(x) if x is not None else (default() if default is not None else None)
+               for d, default, x in zip(decs, defaults, vals)]
         if all_init:
             return cls(*out)
         obj = cls(**{p[0]: x for p, x in zip(plan_t, out) if p[3]})
@@ -516,7 +515,17 @@ class Codec:
         checks made once, for loops that call them per key."""
         enc, dec = self.encode, self.decode
         if self.is_struct:
-            return (lambda v: tuple(enc(v))), dec
+            if not is_dataclass_type(self.py_type) or not self.fields:
+                return (lambda v: tuple(enc(v))), dec
+            # the state's own dataclass (the usual case): its fields read in one C call, each
+            # checked by its field's encoder; any other value goes through the full encoder
+            cls = self.py_type
+            get = operator.attrgetter(*self.fields)
+            encs = tuple(encoder_for(f.dataType, f"state_type.{f.name}") for f in self.spark_type.fields)
+            if len(encs) == 1:
+                (e0,) = encs
+                return (lambda v: (e0(get(v)),) if type(v) is cls else tuple(enc(v))), dec
+            return (lambda v: tuple([e(x) for e, x in zip(encs, get(v))]) if type(v) is cls else tuple(enc(v))), dec
         return (lambda v: (enc(v),)), (_first if dec is _identity else (lambda cols: dec(cols[0])))
 
     @staticmethod

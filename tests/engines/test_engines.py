@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -205,12 +204,6 @@ def test_restart_with_a_defaulted_field_added_keeps_the_old_state(spark, tmp_pat
 
 # --- state TTL, static input, several key columns ----------------------------------------
 
-def _data_batch_times_ms(run: StreamRun) -> list[int]:
-    """The trigger time (epoch ms, the clock state TTL is measured with) of each batch that read rows."""
-    return [int(dt.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
-            for p in run.query.recentProgress if p["numInputRows"] > 0]
-
-
 def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
     engine = "tws"
     ttl_ms, margin_ms = 10_000, 1_000
@@ -222,14 +215,14 @@ def test_state_ttl_drops_state_not_updated_for_that_long(spark, tmp_path):
         run.wait_input()
         land.add([{"word": "a"}])
         run.wait_input()
-        t1, t2 = _data_batch_times_ms(run)
+        t1, t2 = run.data_batch_times_ms()
         # Wait (on the clock, not a fixed sleep) until both keys' last update is older than the TTL.
         while time.time() * 1000 < t2 + ttl_ms + margin_ms:
             time.sleep(0.1)
         land.add([{"word": "a"}, {"word": "b"}])
         run.wait_input()
         rows = [tuple(r) for r in run.rows]
-        t3 = _data_batch_times_ms(run)[2]
+        t3 = run.data_batch_times_ms()[2]
     assert t3 - t2 > ttl_ms
     assert sorted(rows[:2]) == [("a", 1), ("b", 1)]
     # "a" again: its state is kept when the second batch came within the TTL (on a busy machine it may not).

@@ -232,7 +232,8 @@ class _Sessionizer:
                 else:
                     out.append(self._rejected(key, r, reason))
             rows = kept
-        events = [(_floor_ms(r[1]), bool(r[3]), r[2]) for r in rows]
+        # (unpacked, not indexed: a Row's [] is a Python-level method, three calls per event)
+        events = [(_floor_ms(t), bool(last), d) for _k, t, d, last, *_rest in rows]
         stored: OpenSession | None = state.getOption
         if stored is not None:
             pending = stored.pending()

@@ -85,11 +85,18 @@ def pandas_column_converter(dt: DataType, tz: _dt.tzinfo) -> Callable[[Any], lis
     plain = not isinstance(dt, (TimestampType, TimestampNTZType, DateType, BinaryType, ArrayType, MapType, StructType,
                                 DoubleType, FloatType, *_INTEGRAL, BooleanType))
     integral = isinstance(dt, _INTEGRAL)
+    # naive UTC timestamps without nulls: made aware in one vectorized step (the session time
+    # zone sparkstate sets; another zone goes cell by cell, where DST folds are decided as before)
+    utc_stamps = isinstance(dt, TimestampType) and tz is _dt.timezone.utc
 
     def convert(series: Any) -> list:
         kind = series.dtype.kind
         if flat_ok and kind in "iub":
             return series.tolist()
+        if utc_stamps and kind == "M" and series.dt.tz is None and not series.isna().any():
+            import pandas as pd
+
+            return pd.DatetimeIndex(series).tz_localize(_dt.timezone.utc).to_pydatetime().tolist()
         if kind in "fO" and (plain or integral or kind == "f") and not series.isna().any():
             values = series.tolist()
             # no null: strings and decimals are ready; longs came as strings, other integers maybe as floats
