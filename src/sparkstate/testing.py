@@ -270,6 +270,7 @@ class BatchStateHarness:
         self._watermark = ManualClock(0)
         self._entries: dict[Any, list] = {}  # key -> [state columns or None, timeout_ms]
         self._rules: Any = None
+        self._no_rows: Any = None
 
     # -- time ---------------------------------------------------------------------------------
     def advance_processing_time(self, duration: Duration) -> Any:
@@ -297,6 +298,7 @@ class BatchStateHarness:
         keys: list = []
         if frame is not None and len(frame):
             frame, keys = self._grouped(frame)
+            self._no_rows = frame.iloc[:0]
         n_input = len(keys)
         if self.timeout is not GroupStateTimeout.NoTimeout:
             now = self._watermark.now_ms if self._event_time else self._clock.now_ms
@@ -308,8 +310,8 @@ class BatchStateHarness:
         if not keys:
             return empty
         rules = self._rules_for(frame, keys[0])
-        if frame is None:
-            frame = pd.DataFrame(columns=list(self.key_columns))
+        if frame is None or not len(frame):  # the columns (and dtypes) of the rows seen last
+            frame = self._no_rows if self._no_rows is not None else pd.DataFrame(columns=list(self.key_columns))
         wm = self._watermark.now_ms if self._event_time else NO_WATERMARK
         output, writes = rules.call(frame, keys, [self._entries.get(k) for k in keys], n_input,
                                     self._clock.now_ms, wm, self._event_time)

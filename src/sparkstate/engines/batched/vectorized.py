@@ -85,7 +85,7 @@ class _VectorProcessor(_Processor):
         return table, [all_keys[i] for i in order[first]], hs[first].tolist()
 
     def _keys(self, table: Any) -> list:
-        cols = [self.converters[i](table.column(i)) for i in self.key_pos]
+        cols = [conv(table.column(i)) for i, conv in zip(self.key_pos, self.rules.key_convs)]
         return cols[0] if len(cols) == 1 else list(zip(*cols))
 
     # -- one call -----------------------------------------------------------------------------
