@@ -249,15 +249,15 @@ def test_idle_timeout_on_spark_equals_the_harness(spark, tmp_path):
         run.wait_input()
         run.wait_for(lambda rows: sum(r.kind == "expired" for r in rows) == 2)
         got = [tuple(r) for r in run.rows]
-    # the harness, fed at the processing times the Spark batches had
+    # the harness, fed at the processing times the Spark batches had (data and timeout batches, in order)
     pts = sorted({pt for _, kind, _, pt in got if kind == "sum"})
     assert len(pts) == 2
+    files = {pts[0]: [{"user": "a", "amount": 1.0}, {"user": "b", "amount": 2.0}],
+             pts[1]: [{"user": "a", "amount": 3.0}]}
     h = ss.testing.BatchStateHarness(sum_per_user, key="user", state_type=float, timeout=PT)
-    want = rows_of(h.run_batch([{"user": "a", "amount": 1.0}, {"user": "b", "amount": 2.0}], processing_time=pts[0]))
-    want += rows_of(h.run_batch([{"user": "a", "amount": 3.0}], processing_time=pts[1]))
-    expired = [r for r in got if r[1] == "expired"]
-    for _, _, _, pt in sorted(expired, key=lambda r: r[3]):  # the timeout batches, at their own times
-        want += rows_of(h.run_batch(None, processing_time=pt))
+    want = []
+    for pt in sorted({r[3] for r in got}):
+        want += rows_of(h.run_batch(files.get(pt), processing_time=pt))
     assert sorted(got) == sorted(want)
     assert sorted((u, k, t) for u, k, t, _ in got) == sorted(
         [("a", "sum", 1.0), ("b", "sum", 2.0), ("a", "sum", 4.0), ("b", "expired", 2.0), ("a", "expired", 4.0)]
