@@ -50,13 +50,16 @@ class StateBatch:
     in arrival order). ``state``: one row per key of the call: the key column(s), the state's
     fields (a primitive state: ``value``), ``exists``, ``timeout_ms`` (pending timeout, nullable
     ``Int64``), ``timed_out``. ``watermark_ms``: the batch's event-time watermark (-1 when the
-    input has none). ``processing_time_ms``: the batch's processing time.
+    input has none). ``processing_time_ms``: the batch's processing time. ``key_index``: for each
+    row of ``rows``, the position of its key's row in ``state`` (a numpy int array), to aggregate
+    rows per key without a join: ``np.bincount(batch.key_index, minlength=len(batch.state))``.
     """
 
     rows: "pd.DataFrame"
     state: "pd.DataFrame"
     watermark_ms: int
     processing_time_ms: int
+    key_index: Any = None
 
 
 @dataclass(frozen=True)
@@ -122,18 +125,27 @@ class BatchRules:
         self.mapper = _nullable_ints()
 
     # -- batch.state ------------------------------------------------------------------------------
-    def state_frame(self, keys: list, entries: list, n_input: int) -> "pd.DataFrame":
+    def state_frame(self, keys: list, entries: list, n_input: int, key_arrays: list | None = None) -> "pd.DataFrame":
         """``batch.state`` for ``keys`` (the first ``n_input`` have new rows, the rest timed out)
-        whose stored entries (``[cols, timeout, ...]`` or None) are ``entries``."""
+        whose stored entries (``[cols, timeout, ...]`` or None) are ``entries``; ``key_arrays``: the
+        key columns of the first ``n_input`` keys as Arrow arrays (as the rows have them), if at hand."""
         import numpy as np
         import pandas as pd
         import pyarrow as pa
 
         n = len(keys)
         data: dict = {}
-        key_cols = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
-        for name, vals, t in zip(self.key_columns, key_cols, self.key_arrow):
-            data[name] = pa.array(vals, type=t).to_pandas()
+        if key_arrays is not None:
+            rest = keys[n_input:]
+            rest_cols = [rest] if self.single else (list(zip(*rest)) if rest else [[] for _ in self.key_columns])
+            for name, arr, vals in zip(self.key_columns, key_arrays, rest_cols):
+                if vals:
+                    arr = pa.concat_arrays([arr, pa.array(vals, type=arr.type)])
+                data[name] = arr.to_pandas()
+        else:
+            key_cols = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
+            for name, vals, t in zip(self.key_columns, key_cols, self.key_arrow):
+                data[name] = pa.array(vals, type=t).to_pandas()
         empty = self.empty
         cols = [e[0] if e is not None and e[0] is not None else empty for e in entries]
         per_field = list(zip(*cols)) if n else [[] for _ in self.fields]
@@ -149,10 +161,11 @@ class BatchRules:
 
     # -- the call ---------------------------------------------------------------------------------
     def call(self, rows: "pd.DataFrame", keys: list, entries: list, n_input: int, pt: int, wm: int,
-             has_watermark: bool) -> tuple[Any, dict]:
+             has_watermark: bool, key_index: Any, key_arrays: list | None = None) -> tuple[Any, dict]:
         """Run the function on one bucket's call; returns (the output frame or None, the writes:
         key -> (state columns, timeout) or None to remove the key)."""
-        batch = StateBatch(rows, self.state_frame(keys, entries, n_input), max(wm, 0) if has_watermark else -1, pt)
+        batch = StateBatch(rows, self.state_frame(keys, entries, n_input, key_arrays),
+                           max(wm, 0) if has_watermark else -1, pt, key_index)
         name = getattr(self.func, "__name__", self.func)
         try:
             update = self.func(batch)

@@ -288,6 +288,7 @@ class BatchStateHarness:
         """One micro-batch: move the clocks (if given), call the function once with ``rows`` (a
         pandas DataFrame, a list of dicts, or None) and the due keys; return its output frame
         (empty when it output nothing or was not called)."""
+        import numpy as np
         import pandas as pd
 
         if processing_time is not None:
@@ -296,8 +297,9 @@ class BatchStateHarness:
             self._watermark.set(instant_ms(watermark, "watermark"), "the watermark")
         frame = None if rows is None else (rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows))
         keys: list = []
+        key_index = np.zeros(0, np.int64)
         if frame is not None and len(frame):
-            frame, keys = self._grouped(frame)
+            frame, keys, key_index = self._grouped(frame)
             self._no_rows = frame.iloc[:0]
         n_input = len(keys)
         if self.timeout is not GroupStateTimeout.NoTimeout:
@@ -314,7 +316,7 @@ class BatchStateHarness:
             frame = self._no_rows if self._no_rows is not None else pd.DataFrame(columns=list(self.key_columns))
         wm = self._watermark.now_ms if self._event_time else NO_WATERMARK
         output, writes = rules.call(frame, keys, [self._entries.get(k) for k in keys], n_input,
-                                    self._clock.now_ms, wm, self._event_time)
+                                    self._clock.now_ms, wm, self._event_time, key_index)
         for k, w in writes.items():
             if w is None:
                 self._entries.pop(k, None)
@@ -368,8 +370,9 @@ class BatchStateHarness:
                                      [from_arrow_type(t) for t in types], self._codec, self.timeout, self._output)
         return self._rules
 
-    def _grouped(self, frame: Any) -> tuple[Any, list]:
-        """The rows with each key's rows together (first seen first, order kept), and the keys."""
+    def _grouped(self, frame: Any) -> tuple[Any, list, Any]:
+        """The rows with each key's rows together (first seen first, order kept), the keys, and
+        each row's key position."""
         import numpy as np
 
         missing = [c for c in self.key_columns if c not in frame.columns]
@@ -380,4 +383,4 @@ class BatchStateHarness:
         ids: dict = {}
         gid = np.fromiter((ids.setdefault(k, len(ids)) for k in row_keys), np.int64, len(row_keys))
         order = np.argsort(gid, kind="stable")
-        return frame.iloc[order].reset_index(drop=True), list(ids)
+        return frame.iloc[order].reset_index(drop=True), list(ids), gid[order]

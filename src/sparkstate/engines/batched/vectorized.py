@@ -59,9 +59,9 @@ class _VectorProcessor(_Processor):
             return None
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-    def _runs(self, table: Any) -> tuple[Any, list, list]:
-        """The table with each key's rows together (arrival order kept), its keys in run order and
-        their hashes."""
+    def _runs(self, table: Any) -> tuple[Any, list, list, Any, Any]:
+        """The table with each key's rows together (arrival order kept), its keys in run order,
+        their hashes, each row's key position, and the keys as Arrow arrays (or None)."""
         import numpy as np
 
         h = table.column(self.hash_pos).to_numpy()
@@ -73,16 +73,19 @@ class _VectorProcessor(_Processor):
             starts = np.concatenate(([0], cuts)).astype(np.int64)
             heads = table.take(starts)
             keys = self._keys(heads)
-            return table, keys, h[starts].tolist()
+            index = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(np.append(starts, len(h))))
+            arrays = [heads.column(i).combine_chunks() for i in self.key_pos]
+            return table, keys, h[starts].tolist(), index, arrays
         # null keys, or two keys sharing a hash: group by the keys themselves, first seen first
         all_keys = self._keys(table)
         ids: dict = {}
         gid = np.fromiter((ids.setdefault(k, len(ids)) for k in all_keys), np.int64, len(all_keys))
         order = np.argsort(gid, kind="stable")
         table = table.take(order)
-        first = np.flatnonzero(np.concatenate(([True], gid[order][1:] != gid[order][:-1])))
+        sorted_ids = gid[order]
+        first = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
         hs = h[order]
-        return table, [all_keys[i] for i in order[first]], hs[first].tolist()
+        return table, [all_keys[i] for i in order[first]], hs[first].tolist(), sorted_ids, None
 
     def _keys(self, table: Any) -> list:
         cols = [conv(table.column(i)) for i, conv in zip(self.key_pos, self.rules.key_convs)]
@@ -94,8 +97,9 @@ class _VectorProcessor(_Processor):
         now = self.now(pt, wm)
         d = self._load_dir()
         leaves = d.leaves
+        index = arrays = None
         if table is not None:
-            table, keys, hashes = self._runs(table)
+            table, keys, hashes, index, arrays = self._runs(table)
         else:
             keys, hashes = [], []
         lids = [leaf_of(leaves, leaf_bits(h)) for h in hashes]
@@ -121,7 +125,7 @@ class _VectorProcessor(_Processor):
                         entries.append(e)
         out: list = []
         if keys:
-            out = self._call_batch(table, keys, hashes, lids, entries, n_input, touched, pt, wm)
+            out = self._call_batch(table, keys, hashes, lids, entries, n_input, touched, pt, wm, index, arrays)
         if touched:
             self._save(d, touched)
         before = d.timer
@@ -131,12 +135,14 @@ class _VectorProcessor(_Processor):
         return out
 
     def _call_batch(self, table: Any, keys: list, hashes: list, lids: list, entries: list, n_input: int,
-                    touched: dict, pt: int, wm: int) -> list:
+                    touched: dict, pt: int, wm: int, index: Any, arrays: Any) -> list:
+        import numpy as np
+
         if table is None:
-            rows = self._empty_rows()
+            rows, index = self._empty_rows(), np.zeros(0, np.int64)
         else:
             rows = table.select(range(self.n_values)).to_pandas()
-        output, writes = self.rules.call(rows, keys, entries, n_input, pt, wm, self.plan.has_watermark)
+        output, writes = self.rules.call(rows, keys, entries, n_input, pt, wm, self.plan.has_watermark, index, arrays)
         if writes:
             where = {k: i for i, k in enumerate(keys)}
             for k, w in writes.items():
