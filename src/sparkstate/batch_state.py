@@ -24,6 +24,7 @@ The rules (docs/vectorized.md), mirroring ``GroupState``'s:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import ConfigError, StateTypeError, TimeoutConfigError, UserFunctionError
@@ -232,7 +233,9 @@ class BatchRules:
                 for c, t, conv in zip(self.key_columns, self.key_arrow, self.key_convs)]
         return cols[0] if self.single else list(zip(*cols))
 
-    def _known(self, keys: list, index: dict, what: str) -> None:
+    def _known(self, keys: Any, index: dict, what: str) -> None:
+        if index.keys() >= (keys if isinstance(keys, set) else set(keys)):
+            return
         for k in keys:
             if k not in index:
                 raise ConfigError(
@@ -255,8 +258,9 @@ class BatchRules:
                 + " select those columns (e.g. df[[...]])"
             )
         keys = self._keys_of(frame, "state")
-        self._known(keys, index, "state")
-        if len(set(keys)) != len(keys):
+        distinct = set(keys)
+        self._known(distinct, index, "state")
+        if len(distinct) != len(keys):
             seen: set = set()
             dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
             raise ConfigError(f"{self.operator}: StateUpdate.state has more than one row for key {dup!r}")
@@ -269,15 +273,13 @@ class BatchRules:
                     f"{self.operator}: StateUpdate.state has a null value for key {nulls[0]!r}: None cannot be"
                     " stored as state; put the key in StateUpdate.remove instead"
                 )
-        timeouts = self._timeouts(frame, keys, pt, wm, has_watermark) if TIMEOUT in frame.columns else None
-        for i, (k, cols) in enumerate(zip(keys, zip(*per_field))):
-            if timeouts is not None:
-                t = timeouts[i]
-            else:
-                j = index[k]
-                e = entries[j]
-                t = None if j >= n_input or e is None else e[1]
-            writes[k] = (cols, t)
+        timeouts: Any = self._timeouts(frame, keys, pt, wm, has_watermark) if TIMEOUT in frame.columns else None
+        if timeouts is None:
+            if self.timeout is GroupStateTimeout.NoTimeout:
+                timeouts = repeat(None)
+            else:  # kept by keys with new rows, gone for timed-out ones (their timeout fired)
+                timeouts = [None if (j := index[k]) >= n_input or (e := entries[j]) is None else e[1] for k in keys]
+        writes.update(zip(keys, zip(zip(*per_field), timeouts)))
 
     def _timeouts(self, frame: "pd.DataFrame", keys: list, pt: int, wm: int, has_watermark: bool) -> list:
         import pyarrow as pa
