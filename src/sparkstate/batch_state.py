@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import repeat
+from operator import is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import ConfigError, StateTypeError, TimeoutConfigError, UserFunctionError
@@ -41,6 +42,8 @@ EXISTS = "exists"
 TIMEOUT = "timeout_ms"
 TIMED_OUT = "timed_out"
 BOOKKEEPING = (EXISTS, TIMEOUT, TIMED_OUT)
+#: The stored entry of a key without one (no state, no timeout): entries are ``[cols, timeout, ...]``.
+NO_ENTRY = (None, None)
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class BatchRules:
     # -- batch.state ------------------------------------------------------------------------------
     def state_frame(self, keys: list, entries: list, n_input: int, key_arrays: list | None = None) -> "pd.DataFrame":
         """``batch.state`` for ``keys`` (the first ``n_input`` have new rows, the rest timed out)
-        whose stored entries (``[cols, timeout, ...]`` or None) are ``entries``; ``key_arrays``: the
+        whose stored entries (``[cols, timeout, ...]``, :data:`NO_ENTRY` for none) are ``entries``; ``key_arrays``: the
         key columns of the first ``n_input`` keys as Arrow arrays (as the rows have them), if at hand."""
         import numpy as np
         import pandas as pd
@@ -147,14 +150,13 @@ class BatchRules:
             key_cols = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
             for name, vals, t in zip(self.key_columns, key_cols, self.key_arrow):
                 data[name] = pa.array(vals, type=t).to_pandas()
+        first = list(map(itemgetter(0), entries))
         empty = self.empty
-        cols = [e[0] if e is not None and e[0] is not None else empty for e in entries]
-        per_field = list(zip(*cols)) if n else [[] for _ in self.fields]
+        per_field = list(zip(*[c or empty for c in first])) if n else [[] for _ in self.fields]
         for name, vals, t in zip(self.fields, per_field, self.state_arrow):
             data[name] = pa.array(vals, type=t).to_pandas(types_mapper=self.mapper)
-        data[EXISTS] = np.fromiter((e is not None and e[0] is not None for e in entries), bool, n)
-        data[TIMEOUT] = pa.array([None if e is None else e[1] for e in entries], pa.int64()).to_pandas(
-            types_mapper=self.mapper)
+        data[EXISTS] = np.fromiter(map(is_not, first, repeat(None)), bool, n)
+        data[TIMEOUT] = pa.array(list(map(itemgetter(1), entries)), pa.int64()).to_pandas(types_mapper=self.mapper)
         timed_out = np.zeros(n, bool)
         timed_out[n_input:] = True
         data[TIMED_OUT] = timed_out
@@ -162,7 +164,8 @@ class BatchRules:
 
     # -- the call ---------------------------------------------------------------------------------
     def call(self, rows: "pd.DataFrame", keys: list, entries: list, n_input: int, pt: int, wm: int,
-             has_watermark: bool, key_index: Any, key_arrays: list | None = None) -> tuple[Any, dict]:
+             has_watermark: bool, key_index: Any, key_arrays: list | None = None,
+             index: dict | None = None) -> tuple[Any, dict]:
         """Run the function on one bucket's call; returns (the output frame or None, the writes:
         key -> (state columns, timeout) or None to remove the key)."""
         batch = StateBatch(rows, self.state_frame(keys, entries, n_input, key_arrays),
@@ -185,7 +188,8 @@ class BatchRules:
                 f"{self.operator}: the function {name!r} must return ss.StateUpdate(state=..., remove=...,"
                 f" output=...), got {type(update).__name__}"
             )
-        index = {k: i for i, k in enumerate(keys)}
+        if index is None:
+            index = dict(zip(keys, range(len(keys))))
         writes: dict = {}
         if update.state is not None:
             self._set(update.state, index, entries, n_input, pt, wm, has_watermark, writes)
@@ -278,7 +282,7 @@ class BatchRules:
             if self.timeout is GroupStateTimeout.NoTimeout:
                 timeouts = repeat(None)
             else:  # kept by keys with new rows, gone for timed-out ones (their timeout fired)
-                timeouts = [None if (j := index[k]) >= n_input or (e := entries[j]) is None else e[1] for k in keys]
+                timeouts = [None if (j := index[k]) >= n_input else entries[j][1] for k in keys]
         writes.update(zip(keys, zip(zip(*per_field), timeouts)))
 
     def _timeouts(self, frame: "pd.DataFrame", keys: list, pt: int, wm: int, has_watermark: bool) -> list:

@@ -315,7 +315,9 @@ class BatchStateHarness:
         if frame is None or not len(frame):  # the columns (and dtypes) of the rows seen last
             frame = self._no_rows if self._no_rows is not None else pd.DataFrame(columns=list(self.key_columns))
         wm = self._watermark.now_ms if self._event_time else NO_WATERMARK
-        output, writes = rules.call(frame, keys, [self._entries.get(k) for k in keys], n_input,
+        from .batch_state import NO_ENTRY
+
+        output, writes = rules.call(frame, keys, [self._entries.get(k, NO_ENTRY) for k in keys], n_input,
                                     self._clock.now_ms, wm, self._event_time, key_index)
         for k, w in writes.items():
             if w is None:

@@ -14,11 +14,35 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ...batch_state import BatchRules
+from ...batch_state import NO_ENTRY, BatchRules
+from ...errors import StateSchemaError
 from ...group_state import is_due
 from .engine import BatchedEngine
 from .layout import leaf_bits, leaf_of
 from .processor import _gc_paused, _key_cuts, _Processor
+
+
+def _place(leaves: dict, hashes: list) -> list:
+    """The leaf of each key hash (as :func:`.layout.leaf_of`), for many keys at once: a leaf id is
+    ``(1 << depth) | prefix``, so try each depth the directory has, shallowest first."""
+    import numpy as np
+
+    if len(leaves) == 1:
+        return [next(iter(leaves))] * len(hashes)
+    if len(hashes) < 64:
+        return [leaf_of(leaves, leaf_bits(h)) for h in hashes]
+    bits = (np.asarray(hashes, np.int64) >> 32) & 0xFFFFFFFF
+    ids = np.fromiter(leaves, np.int64, len(leaves))
+    out = np.zeros(len(bits), np.int64)
+    todo = np.ones(len(bits), bool)
+    for depth in sorted({int(i).bit_length() - 1 for i in ids}):
+        cand = (1 << depth) | (bits & ((1 << depth) - 1))
+        hit = todo & np.isin(cand, ids)
+        out[hit] = cand[hit]
+        todo &= ~hit
+    if todo.any():
+        raise StateSchemaError(f"batched engine: no leaf for {int(todo.sum())} key hash(es); the directory is damaged")
+    return out.tolist()
 
 
 class _VectorProcessor(_Processor):
@@ -102,7 +126,7 @@ class _VectorProcessor(_Processor):
             table, keys, hashes, index, arrays = self._runs(table)
         else:
             keys, hashes = [], []
-        lids = [leaf_of(leaves, leaf_bits(h)) for h in hashes]
+        lids = _place(leaves, hashes)
         need = set(lids)
         if d.fields != self.fields:
             need.update(lid for lid, (count, _) in leaves.items() if count)
@@ -111,7 +135,7 @@ class _VectorProcessor(_Processor):
             due = [lid for lid, (_, m) in leaves.items() if m is not None and is_due(m, now)]
             need.update(due)
         touched = self._load_leaves(d, need)
-        entries = [touched[lid].get(k) for k, lid in zip(keys, lids)]
+        entries = [touched[lid].get(k, NO_ENTRY) for k, lid in zip(keys, lids)]
         n_input = len(keys)
         if due:
             with_rows = set(keys)
@@ -142,16 +166,15 @@ class _VectorProcessor(_Processor):
             rows, index = self._empty_rows(), np.zeros(0, np.int64)
         else:
             rows = table.select(range(self.n_values)).to_pandas()
-        output, writes = self.rules.call(rows, keys, entries, n_input, pt, wm, self.plan.has_watermark, index, arrays)
-        if writes:
-            where = {k: i for i, k in enumerate(keys)}
-            for k, w in writes.items():
-                i = where[k]
-                leaf = touched[lids[i]]
-                if w is None:
-                    leaf.pop(k, None)
-                else:
-                    leaf[k] = [w[0], w[1], hashes[i]]
+        where = dict(zip(keys, range(len(keys))))
+        output, writes = self.rules.call(rows, keys, entries, n_input, pt, wm, self.plan.has_watermark, index, arrays,
+                                         where)
+        for k, w in writes.items():
+            i = where[k]
+            if w is None:
+                touched[lids[i]].pop(k, None)
+            else:
+                touched[lids[i]][k] = [w[0], w[1], hashes[i]]
         return [output] if output is not None and len(output) else []
 
     def _empty_rows(self) -> Any:
