@@ -205,7 +205,8 @@ def test_a_bad_return_on_spark_is_one_clear_line(spark):
 
     def extra(batch):
         return ss.StateUpdate(state=batch.state.assign(value=1, oops=2)[["word", "value", "oops"]])
-    out = ss.map_batches_with_state(df, key="word", func=extra, state_type=int, output_type="word string")
+    out = ss.map_batches_with_state(df, key="word", func=extra, state_type=int, output_type="word string",
+                                    engine=ss.BatchedEngine(buckets=1, pack=False))  # one Python stage: fails sooner
     with pytest.raises(Exception) as info:
         out.collect()
     assert explain(info.value).startswith("StateTypeError: map_batches_with_state: StateUpdate.state must have"), \
