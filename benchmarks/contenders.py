@@ -3,7 +3,8 @@
 A contender turns the input stream into the output DataFrame that the runner writes to the
 noop sink. Running count (``count``): native ``groupBy().count()``, ``mapGroupsWithState`` in
 Java (the reference), raw PySpark ``transformWithState`` and ``applyInPandasWithState``, and
-``ss.map_groups_with_state`` once per engine in ``sparkstate.engines.ENGINES``. Sessionization
+``ss.map_groups_with_state`` once per engine in ``sparkstate.engines.ENGINES``, and
+``ss.map_batches_with_state`` (``sparkstate-vectorized``: the count over pandas columns). Sessionization
 (``sessions``): a Java ``flatMapGroupsWithState`` sessionizer (the reference), a raw PySpark
 ``transformWithState`` sessionizer, and ``sparkstate.pipelines.sessionize`` (once per engine
 when it takes ``engine=``). Engines are discovered when the list is built, so a new one is
@@ -114,6 +115,32 @@ def _sparkstate_count(engine: str) -> tuple[Callable, Callable]:
     return build, build_initial
 
 
+def count_per_batch(batch: Any) -> Any:
+    """The vectorized contender's function: the running counts of a bucket's users, over columns."""
+    import sparkstate as ss
+
+    import numpy as np
+
+    s = batch.state[["user", "value"]]
+    s = s.assign(value=s["value"].fillna(0) + np.bincount(batch.key_index, minlength=len(s)))
+    return ss.StateUpdate(state=s, output=s.rename(columns={"value": "count"}))
+
+
+def _vectorized_count() -> tuple[Callable, Callable]:
+    import sparkstate as ss
+
+    def build(ctx: Context, df: DataFrame) -> DataFrame:
+        return ss.map_batches_with_state(df, key="user", func=count_per_batch, state_type=int,
+                                         output_type=raw.COUNT_OUTPUT)
+
+    def build_initial(ctx: Context, df: DataFrame, initial: DataFrame) -> DataFrame:
+        return ss.map_batches_with_state(df, key="user", func=count_per_batch, state_type=int,
+                                         output_type=raw.COUNT_OUTPUT,
+                                         initial_state=initial.withColumnRenamed("count", "value"))
+
+    return build, build_initial
+
+
 # -- sessionization ---------------------------------------------------------------------------
 
 def session_input(df: DataFrame, w: Workload) -> DataFrame:
@@ -184,6 +211,10 @@ def contenders(workload: str) -> list[Contender]:
             found.append(Contender(f"sparkstate-{name}", "count", "sparkstate",
                                    f'ss.map_groups_with_state(..., engine="{name}")', build, "update",
                                    build_initial=build_initial))
+        build, build_initial = _vectorized_count()
+        found.append(Contender("sparkstate-vectorized", "count", "sparkstate",
+                               "ss.map_batches_with_state (one pandas call per bucket)", build, "update",
+                               build_initial=build_initial))
         return found
     if workload == "sessions":
         found = [

@@ -16,6 +16,8 @@ from .errors import (
     UserFunctionError,
     WorkerImportError,
 )
+from .batch_state import StateBatch, StateUpdate
+from .batches import map_batches_with_state
 from .engines import BatchedEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
@@ -33,13 +35,16 @@ __all__ = [
     "State",
     "StateNotFoundError",
     "StateSchemaError",
+    "StateBatch",
     "StateSpec",
     "StateTypeError",
+    "StateUpdate",
     "TimeoutConfigError",
     "TransformWithStateEngine",
     "UserFunctionError",
     "WorkerImportError",
     "flat_map_groups_with_state",
+    "map_batches_with_state",
     "map_groups_with_state",
     "map_with_state",
     "pipelines",

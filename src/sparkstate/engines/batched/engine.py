@@ -85,6 +85,8 @@ class BatchedEngine(Engine):
     """
 
     name = layout.ENGINE
+    #: the StatefulProcessor run per bucket (``map_batches_with_state`` runs its own, same layout)
+    processor_class: type = _Processor
 
     def __init__(self, buckets: int = 64, leaf_rows: int = 64, pack: bool = True) -> None:
         if int(buckets) < 1 or int(leaf_rows) < 1:
@@ -118,12 +120,12 @@ class BatchedEngine(Engine):
             schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
                                                     StructField(BUCKET_COLUMN, IntegerType(), True)])
             tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-            processor = _Processor(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
+            processor = self.processor_class(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
         else:
             cols = [F.col(f"`{c}`") for c in df.columns]
             data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
             schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
-            processor = _Processor(plan, self.buckets, self.leaf_rows, schema)
+            processor = self.processor_class(plan, self.buckets, self.leaf_rows, schema)
         init = None
         if initial_state is not None:
             init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)

@@ -1,0 +1,100 @@
+"""``python -m benchmarks.loop_vectorized``: ``map_batches_with_state``'s processor on one bucket,
+without Spark, beside the batched engine's per-key processor on the same input.
+
+Both processors (``_VectorProcessor`` with ``benchmarks.contenders.count_per_batch``, ``_Processor``
+with ``count_per_key``) get the packed running-count batches of :mod:`benchmarks.loop` (every key
+of the bucket touched in every batch) through the in-memory state variables of that module, as
+``transformWithStateInPandas`` calls them for one bucket. Reported: this thread's CPU time per key
+and batch (batch 0, which creates every key, left out), median of ``repeats`` fresh passes. Every
+batch's outputs of the two processors are compared: a difference is an error.
+
+>>> r = run(keys=300, batches=2, events_per_key=2, repeats=1)
+>>> r["checked"], r["per_key_us"]["vectorized"] > 0, r["per_key_us"]["batched"] > 0
+(True, True, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from pyspark.sql.types import LongType, StructField, StructType
+
+from sparkstate.engines.batched.layout import HASH_COLUMN
+from sparkstate.engines.batched.processor import _gc_paused
+from sparkstate.engines.batched.vectorized import _VectorProcessor
+
+from . import loop
+from .contenders import count_per_batch
+
+cpu = time.thread_time
+
+
+def _batched() -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
+    plan, _ = loop.plan_for("count")
+
+    def call(proc: Any, b: Any) -> Any:
+        with _gc_paused():
+            groups, hashes = proc._group(iter(b.frames))
+            return proc._process(groups, hashes, loop.Times(b.pt, b.wm))
+    return lambda: loop.processor_for("count", plan), call
+
+
+def _vectorized() -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
+    plan, _ = loop.plan_for("count")
+    plan = replace(plan, func=count_per_batch, operator="map_batches_with_state")
+    schema = StructType(loop.COUNT_INPUT.fields + [StructField(HASH_COLUMN, LongType(), True)])
+
+    def make() -> Any:
+        proc = _VectorProcessor(plan, loop.BUCKETS, loop.LEAF_ROWS, schema)
+        proc.init(loop.Handle())
+        return proc
+    return make, lambda proc, b: list(proc.handleInputRows((0,), iter(b.frames), loop.Times(b.pt, b.wm)))
+
+
+def _rows(frames: Any) -> list:
+    return sorted(tuple(r) for f in frames for r in f.itertuples(index=False))
+
+
+def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: int = 3) -> dict:
+    data = loop.make_batches("count", keys, batches, events_per_key)
+    per_key: dict = {}
+    outputs: dict = {}
+    for name, (make, call) in (("batched", _batched()), ("vectorized", _vectorized())):
+        passes = []
+        for _ in range(repeats):
+            proc, times, outs = make(), [], []
+            for b in data:
+                t0 = cpu()
+                out = call(proc, b)
+                [object() for _ in range(1000)]  # the collection the call's garbage sets off
+                times.append(cpu() - t0)
+                outs.append(_rows(out))
+            passes.append(statistics.mean(times[1:]) / keys * 1e6)
+        per_key[name] = round(statistics.median(passes), 2)
+        outputs[name] = outs
+    if outputs["batched"] != outputs["vectorized"]:
+        raise AssertionError("the vectorized processor's outputs differ from the per-key processor's")
+    return {"keys": keys, "batches": batches, "events_per_key": events_per_key, "per_key_us": per_key,
+            "checked": True, "load": list(loop._load())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.loop_vectorized", description=__doc__.split("\n\n")[0])
+    p.add_argument("--keys", type=int, default=25_000)
+    p.add_argument("--batches", type=int, default=5)
+    p.add_argument("--events-per-key", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    r = run(a.keys, a.batches, a.events_per_key, a.repeats)
+    print(f"{r['keys']} keys in the bucket, {r['events_per_key']} events/key/batch, CPU us per key and batch:"
+          f" batched {r['per_key_us']['batched']}, vectorized {r['per_key_us']['vectorized']}"
+          f" (outputs equal; load {r['load']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,199 @@
+"""The batched engine for ``map_batches_with_state``: one call of the user's function per bucket and
+micro-batch, with the bucket's rows and states as pandas columns.
+
+Same buckets, directory, leaves, timers, packing and initial state as the per-key processor
+(:mod:`.processor`, layout :mod:`.layout`), so checkpoints, restarts and the state tools work
+unchanged. Only the middle differs: instead of grouping the input into per-key ``Row`` lists and
+calling the function per key, :class:`_VectorProcessor` sorts the bucket's Arrow input by key,
+converts it to one pandas frame, gathers the keys' leaf entries into ``batch.state`` and writes
+back what the function's :class:`~sparkstate.batch_state.StateUpdate` says
+(:class:`~sparkstate.batch_state.BatchRules`: the rules, shared with the no-Spark harness).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ...batch_state import NO_ENTRY, BatchRules
+from ...errors import StateSchemaError
+from ...group_state import is_due
+from .engine import BatchedEngine
+from .layout import leaf_bits, leaf_of
+from .processor import _gc_paused, _key_cuts, _Processor
+
+
+def _place(leaves: dict, hashes: list) -> list:
+    """The leaf of each key hash (as :func:`.layout.leaf_of`), for many keys at once: a leaf id is
+    ``(1 << depth) | prefix``, so try each depth the directory has, shallowest first."""
+    import numpy as np
+
+    if len(leaves) == 1:
+        return [next(iter(leaves))] * len(hashes)
+    if len(hashes) < 64:
+        return [leaf_of(leaves, leaf_bits(h)) for h in hashes]
+    bits = (np.asarray(hashes, np.int64) >> 32) & 0xFFFFFFFF
+    ids = np.fromiter(leaves, np.int64, len(leaves))
+    out = np.zeros(len(bits), np.int64)
+    todo = np.ones(len(bits), bool)
+    for depth in sorted({int(i).bit_length() - 1 for i in ids}):
+        cand = (1 << depth) | (bits & ((1 << depth) - 1))
+        hit = todo & np.isin(cand, ids)
+        out[hit] = cand[hit]
+        todo &= ~hit
+    if todo.any():
+        raise StateSchemaError(f"batched engine: no leaf for {int(todo.sum())} key hash(es); the directory is damaged")
+    return out.tolist()
+
+
+class _VectorProcessor(_Processor):
+    """transformWithStateInPandas processor of ``map_batches_with_state`` (grouping key: the bucket)."""
+
+    def init(self, handle: Any) -> None:
+        super().init(handle)
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        plan = self.plan
+        fields = self.value_schema.fields
+        self.rules = BatchRules(plan.operator, plan.func, plan.key_columns,
+                                [self.value_schema[k].dataType for k in plan.key_columns],
+                                plan.state_codec, plan.timeout, plan.output_schema)
+        self.arrow_types = [to_arrow_type(f.dataType, timezone="UTC") for f in fields[: self.n_values]]
+
+    # -- input: one Arrow table of the bucket's rows, a key's rows together ------------------------
+    def _table(self, frames: Iterator[Any]) -> Any:
+        import pyarrow as pa
+
+        if self.packed:
+            tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf.iloc[:, 1].tolist()]
+        else:
+            # event-time input arrives row by row as pandas (see engine.py): back to Arrow, through
+            # the converters that undo PySpark's pandas conversion (nulls in ints, longs as strings)
+            import numpy as np
+
+            tables = []
+            for pdf in frames:
+                if len(pdf) == 0:
+                    continue
+                cols = [pa.array(conv(pdf.iloc[:, i]), type=t)
+                        for i, (conv, t) in enumerate(zip(self.converters, self.arrow_types))]
+                cols.append(pa.array(pdf.iloc[:, self.hash_pos].to_numpy(np.int64)))
+                tables.append(pa.table(cols, names=self.value_names + ["_h"]))
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return None
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def _runs(self, table: Any) -> tuple[Any, list, list, Any, Any]:
+        """The table with each key's rows together (arrival order kept), its keys in run order,
+        their hashes, each row's key position, and the keys as Arrow arrays (or None)."""
+        import numpy as np
+
+        h = table.column(self.hash_pos).to_numpy()
+        order = np.argsort(h, kind="stable")
+        h = h[order]
+        table = table.take(order)
+        cuts = np.flatnonzero(h[1:] != h[:-1]) + 1
+        if _key_cuts(table, self.key_pos, len(h)).tolist() == cuts.tolist():
+            starts = np.concatenate(([0], cuts)).astype(np.int64)
+            heads = table.take(starts)
+            keys = self._keys(heads)
+            index = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(np.append(starts, len(h))))
+            arrays = [heads.column(i).combine_chunks() for i in self.key_pos]
+            return table, keys, h[starts].tolist(), index, arrays
+        # null keys, or two keys sharing a hash: group by the keys themselves, first seen first
+        all_keys = self._keys(table)
+        ids: dict = {}
+        gid = np.fromiter((ids.setdefault(k, len(ids)) for k in all_keys), np.int64, len(all_keys))
+        order = np.argsort(gid, kind="stable")
+        table = table.take(order)
+        sorted_ids = gid[order]
+        first = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+        hs = h[order]
+        return table, [all_keys[i] for i in order[first]], hs[first].tolist(), sorted_ids, None
+
+    def _keys(self, table: Any) -> list:
+        cols = [conv(table.column(i)) for i, conv in zip(self.key_pos, self.rules.key_convs)]
+        return cols[0] if len(cols) == 1 else list(zip(*cols))
+
+    # -- one call -----------------------------------------------------------------------------
+    def _run(self, table: Any, tv: Any) -> list:
+        pt, wm = self.times(tv)
+        now = self.now(pt, wm)
+        d = self._load_dir()
+        leaves = d.leaves
+        index = arrays = None
+        if table is not None:
+            table, keys, hashes, index, arrays = self._runs(table)
+        else:
+            keys, hashes = [], []
+        lids = _place(leaves, hashes)
+        need = set(lids)
+        if d.fields != self.fields:
+            need.update(lid for lid, (count, _) in leaves.items() if count)
+        due: list[int] = []
+        if self.timers:
+            due = [lid for lid, (_, m) in leaves.items() if m is not None and is_due(m, now)]
+            need.update(due)
+        touched = self._load_leaves(d, need)
+        entries = [touched[lid].get(k, NO_ENTRY) for k, lid in zip(keys, lids)]
+        n_input = len(keys)
+        if due:
+            with_rows = set(keys)
+            for lid in due:
+                for k, e in touched[lid].items():
+                    t = e[1]
+                    if t is not None and k not in with_rows and is_due(t, now):
+                        keys.append(k)
+                        hashes.append(e[2])
+                        lids.append(lid)
+                        entries.append(e)
+        out: list = []
+        if keys:
+            out = self._call_batch(table, keys, hashes, lids, entries, n_input, touched, pt, wm, index, arrays)
+        if touched:
+            self._save(d, touched)
+        before = d.timer
+        self._arm(d, now)
+        if touched or d.timer != before or d.fresh:
+            self.dir_state.update((d.dumps(),))
+        return out
+
+    def _call_batch(self, table: Any, keys: list, hashes: list, lids: list, entries: list, n_input: int,
+                    touched: dict, pt: int, wm: int, index: Any, arrays: Any) -> list:
+        import numpy as np
+
+        if table is None:
+            rows, index = self._empty_rows(), np.zeros(0, np.int64)
+        else:
+            rows = table.select(range(self.n_values)).to_pandas()
+        where = dict(zip(keys, range(len(keys))))
+        output, writes = self.rules.call(rows, keys, entries, n_input, pt, wm, self.plan.has_watermark, index, arrays,
+                                         where)
+        for k, w in writes.items():
+            i = where[k]
+            if w is None:
+                touched[lids[i]].pop(k, None)
+            else:
+                touched[lids[i]][k] = [w[0], w[1], hashes[i]]
+        return [output] if output is not None and len(output) else []
+
+    def _empty_rows(self) -> Any:
+        import pyarrow as pa
+
+        schema = pa.schema([pa.field(n, t) for n, t in zip(self.value_names, self.arrow_types)])
+        return schema.empty_table().to_pandas()
+
+    # -- the transformWithState callbacks ---------------------------------------------------------
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        with _gc_paused():
+            return iter(self._run(self._table(rows), timerValues))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        with _gc_paused():
+            return iter(self._run(None, timerValues))
+
+
+class VectorizedEngine(BatchedEngine):
+    """The batched engine running a ``map_batches_with_state`` function (same layout and options)."""
+
+    processor_class = _VectorProcessor
