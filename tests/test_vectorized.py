@@ -324,16 +324,3 @@ def test_restart_mid_stream_is_exactly_once_and_state_tools_read_it(spark, tmp_p
     state = ss.state.read(spark, ck)
     assert state.columns == ["word", "value", "timeout_ms"]
     assert {r.word: r.value for r in state.collect()} == totals
-
-
-def test_leaf_placement_of_many_keys_matches_leaf_of():
-    from sparkstate.engines.batched.layout import build_leaves, leaf_bits, leaf_of
-    from sparkstate.engines.batched.vectorized import _place
-
-    rng = np.random.default_rng(5)
-    hashes = rng.integers(-2**63, 2**63 - 1, 3000, dtype=np.int64).tolist()
-    leaves = {lid: [len(e), None] for lid, e in build_leaves({i: [None, None, h] for i, h in enumerate(hashes)},
-                                                              16).items()}
-    assert len({int(lid).bit_length() for lid in leaves}) > 1  # leaves at several depths
-    probe = hashes[:500] + rng.integers(-2**63, 2**63 - 1, 500, dtype=np.int64).tolist()
-    assert _place(leaves, probe) == [leaf_of(leaves, leaf_bits(h)) for h in probe]

@@ -305,3 +305,17 @@ def test_leaf_blobs_are_plain_pickles_of_builtin_values(spark, tmp_path):
     for r in leaves.collect():
         entries.update(pickle.loads(r.user_map_value.blob))
     assert {k: (v[0], v[1]) for k, v in entries.items()} == {"a": ((1,), None), "b": ((1,), None)}
+
+
+def test_leaf_placement_of_many_keys_matches_leaf_of():
+    import numpy as np
+
+    from sparkstate.engines.batched.layout import build_leaves, leaf_bits, leaf_of, place_keys
+
+    rng = np.random.default_rng(5)
+    hashes = rng.integers(-2**63, 2**63 - 1, 3000, dtype=np.int64).tolist()
+    leaves = {lid: [len(e), None] for lid, e in build_leaves({i: [None, None, h] for i, h in enumerate(hashes)},
+                                                              16).items()}
+    assert len({int(lid).bit_length() for lid in leaves}) > 1  # leaves at several depths
+    probe = hashes[:500] + rng.integers(-2**63, 2**63 - 1, 500, dtype=np.int64).tolist()
+    assert place_keys(leaves, probe) == [leaf_of(leaves, leaf_bits(h)) for h in probe]

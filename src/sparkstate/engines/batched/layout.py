@@ -81,6 +81,8 @@ def place_keys(leaves: dict, hashes: list[int]) -> list[int]:
     prefix its bits match; this tests all keys against the leaves of one depth at a time
     (a bucket's leaves have few distinct depths) instead of walking the tree key by key.
     """
+    if len(leaves) == 1:
+        return [next(iter(leaves))] * len(hashes)
     if len(hashes) < _PLACE_VECTOR_MIN:
         return [leaf_of(leaves, leaf_bits(h)) for h in hashes]
     import numpy as np

@@ -15,34 +15,10 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ...batch_state import NO_ENTRY, BatchRules
-from ...errors import StateSchemaError
 from ...group_state import is_due
 from .engine import BatchedEngine
-from .layout import leaf_bits, leaf_of
+from .layout import place_keys
 from .processor import _gc_paused, _key_cuts, _Processor
-
-
-def _place(leaves: dict, hashes: list) -> list:
-    """The leaf of each key hash (as :func:`.layout.leaf_of`), for many keys at once: a leaf id is
-    ``(1 << depth) | prefix``, so try each depth the directory has, shallowest first."""
-    import numpy as np
-
-    if len(leaves) == 1:
-        return [next(iter(leaves))] * len(hashes)
-    if len(hashes) < 64:
-        return [leaf_of(leaves, leaf_bits(h)) for h in hashes]
-    bits = (np.asarray(hashes, np.int64) >> 32) & 0xFFFFFFFF
-    ids = np.fromiter(leaves, np.int64, len(leaves))
-    out = np.zeros(len(bits), np.int64)
-    todo = np.ones(len(bits), bool)
-    for depth in sorted({int(i).bit_length() - 1 for i in ids}):
-        cand = (1 << depth) | (bits & ((1 << depth) - 1))
-        hit = todo & np.isin(cand, ids)
-        out[hit] = cand[hit]
-        todo &= ~hit
-    if todo.any():
-        raise StateSchemaError(f"batched engine: no leaf for {int(todo.sum())} key hash(es); the directory is damaged")
-    return out.tolist()
 
 
 class _VectorProcessor(_Processor):
@@ -126,7 +102,7 @@ class _VectorProcessor(_Processor):
             table, keys, hashes, index, arrays = self._runs(table)
         else:
             keys, hashes = [], []
-        lids = _place(leaves, hashes)
+        lids = place_keys(leaves, hashes)
         need = set(lids)
         if d.fields != self.fields:
             need.update(lid for lid, (count, _) in leaves.items() if count)
