@@ -14,9 +14,10 @@ version whose server reads a request whole (``readFully``; checked on 4.3), and 
 for any state object that is not PySpark's (the in-memory stand-ins of the tests and
 ``benchmarks/loop.py``), makes the same calls one by one through the public ``MapState`` API.
 
-Windows stay small enough that neither side can block the other: a window of reads is about 10 KB
-of requests (the answers, which can be large, are read as they come); the answers to writes
-are a few bytes each.
+Windows stay small enough that neither side can block the other: a window of reads is about
+10 KB of requests (a leaf id each), which the socket buffers hold whole, so it is sent even
+while the server waits for its first answers to be read; the answers to writes are a few
+bytes each, so the server never waits on them.
 """
 
 from __future__ import annotations
