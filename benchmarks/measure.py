@@ -167,12 +167,22 @@ def steady_rate(batches: list[dict]) -> tuple[float | None, int]:
     return round(rows / (ms / 1000), 1), len(timed)
 
 
+def _state_ops(p: dict) -> dict:
+    """A batch's state-store figures, summed over its stateful operators (when it has any): the
+    commit time and the rows written, which tell a batch's state cost from the rest."""
+    ops = p.get("stateOperators") or []
+    if not ops:
+        return {}
+    return {"commit_ms": sum(op.get("commitTimeMs") or 0 for op in ops),
+            "rows_updated": sum(op.get("numRowsUpdated") or 0 for op in ops)}
+
+
 def summarize_batches(progress: list[dict]) -> dict:
     """Batch list, p50/p95 of ``triggerExecution`` with the first batch excluded, and the
     steady-state rate (:func:`steady_rate`)."""
     batches = [
         {"batch": p.get("batchId"), "rows": p.get("numInputRows", 0),
-         "ms": (p.get("durationMs") or {}).get("triggerExecution")}
+         "ms": (p.get("durationMs") or {}).get("triggerExecution"), **_state_ops(p)}
         for p in progress
     ]
     timed = [b["ms"] for b in batches[1:] if b["ms"] is not None]

@@ -18,8 +18,10 @@ as for any transformWithState query):
   earliest pending timeout, the state's field names (for schema evolution) and the bucket's
   one registered timer (the earliest timeout of all its keys).
 
-A micro-batch costs, per bucket with input, one directory read and write, and per touched
-leaf one read and one write; the user's function runs for each key in a plain Python loop.
+A micro-batch costs, per bucket with input, one directory read (and a write when a leaf's
+entry in it changed), and per touched leaf one read and, if its bytes changed, one write; the
+reads and writes go to Spark in windows (:mod:`.wire`), not one turn each. The user's
+function runs for each key in a plain Python loop.
 Timeouts of keys without input are found from the directory (only leaves holding a due
 timeout are read) when the bucket has input or its timer fires.
 """

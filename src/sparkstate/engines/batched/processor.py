@@ -29,6 +29,7 @@ from ..base import PICKLE_PROTOCOL, StatePlan
 from ..columns import arrow_column_converter
 from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA,
                      LEAF_VARIABLE, Directory, min_timeout, place_keys, split_leaf)
+from .wire import LeafIO
 
 BLOB_COLUMN = "_sparkstate_blob"
 
@@ -96,6 +97,8 @@ class _Processor(StatefulProcessor, Calls):
         self.handle = handle
         self.dir_state = handle.getValueState(DIR_VARIABLE, DIR_SCHEMA)
         self.leaf_state = handle.getMapState(LEAF_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA)
+        self.leaf_io = LeafIO(self.leaf_state)
+        self._blobs: dict[int, bytes] = {}  # the stored bytes of the leaves read for this call
         self.timers = self.mode != "None"
         self.start_task(plan)
         self.fields = tuple(plan.state_codec.fields)
@@ -134,26 +137,24 @@ class _Processor(StatefulProcessor, Calls):
             )
         return d
 
-    def _load_leaf(self, d: Directory, lid: int) -> dict:
-        if d.leaves[lid][0] == 0:
-            return {}
-        row = self.leaf_state.getValue((lid,))
-        return {} if row is None else self._unpickle(d, row[0])
-
     def _load_leaves(self, d: Directory, need: set[int]) -> dict[int, dict]:
-        """The entries of the leaves in ``need``: one read each, or, when most of the bucket's
-        stored leaves are needed, one scan of the bucket's map state (a few round trips)."""
+        """The entries of the leaves in ``need``: reads in windows (:class:`.wire.LeafIO`), or,
+        when most of the bucket's stored leaves are needed, one scan of the bucket's map state.
+        Each leaf's blob is kept, so that :meth:`_save` writes only the leaves that changed."""
         stored = [lid for lid in need if d.leaves[lid][0]]
         out = {lid: {} for lid in need if not d.leaves[lid][0]}
+        blobs = self._blobs = {}
         if len(stored) >= 8 and len(stored) * 2 >= sum(1 for c, _ in d.leaves.values() if c):
             for (lid,), (blob,) in self.leaf_state.iterator():
                 if lid in need:
-                    out[lid] = self._unpickle(d, blob)
-            for lid in stored:
-                out.setdefault(lid, {})
-            return out
+                    blobs[lid] = blob
+        else:
+            for lid, blob in zip(stored, self.leaf_io.get_many(stored)):
+                if blob is not None:
+                    blobs[lid] = blob
         for lid in stored:
-            out[lid] = self._load_leaf(d, lid)
+            blob = blobs.get(lid)
+            out[lid] = {} if blob is None else self._unpickle(d, blob)
         return out
 
     def _unpickle(self, d: Directory, blob: bytes) -> dict:
@@ -171,21 +172,36 @@ class _Processor(StatefulProcessor, Calls):
                 e[0] = tuple(None if i is None else cols[i] for i in idx)
         return entries
 
-    def _save(self, d: Directory, changed: dict[int, dict]) -> None:
-        """Write changed leaves (splitting the big ones) and refresh their directory entries."""
+    def _save(self, d: Directory, changed: dict[int, dict]) -> bool:
+        """Write the leaves that changed (splitting the big ones), in windows, and refresh their
+        directory entries; True if the directory changed (else it need not be written)."""
+        blobs = self._blobs
+        puts: list = []
+        removes: list = []
+        moved = False
         for lid, entries in changed.items():
             parts = split_leaf(lid, entries, self.leaf_rows) if len(entries) > self.leaf_rows else {lid: entries}
             if lid not in parts:
                 del d.leaves[lid]
-                self.leaf_state.removeKey((lid,))
+                removes.append(lid)
+                moved = True
             for pid, ents in parts.items():
-                d.leaves[pid] = [len(ents), min_timeout(ents)]
+                meta = [len(ents), min_timeout(ents)]
+                if d.leaves.get(pid) != meta:
+                    d.leaves[pid] = meta
+                    moved = True
                 if ents:
-                    self.leaf_state.updateValue((pid,), (pickle.dumps(ents, PICKLE_PROTOCOL),))
-                elif pid == lid:
-                    self.leaf_state.removeKey((pid,))
-        d.fields = self.fields
-        d.state_schema = self.state_schema
+                    blob = pickle.dumps(ents, PICKLE_PROTOCOL)
+                    if blobs.get(pid) != blob:
+                        puts.append((pid, blob))
+                elif pid == lid and lid in blobs:
+                    removes.append(pid)
+        self.leaf_io.write_many(puts, removes)
+        if d.fields != self.fields or d.state_schema != self.state_schema:
+            d.fields = self.fields
+            d.state_schema = self.state_schema
+            moved = True
+        return moved
 
     def _arm(self, d: Directory, now: int) -> None:
         """Keep exactly one timer per bucket, at its earliest timeout (+1: timeouts are strict)."""
@@ -335,11 +351,10 @@ class _Processor(StatefulProcessor, Calls):
                     expired.append((leaf, k, e[2], ()))
         if expired:
             self._run_keys(expired, True, state, out, owners)
-        if touched:
-            self._save(d, touched)
+        changed = self._save(d, touched) if touched else False
         before = d.timer
         self._arm(d, now)
-        if touched or d.timer != before or d.fresh:
+        if changed or d.timer != before or d.fresh:
             self.dir_state.update((d.dumps(),))
         return [self._frame(out, owners)] if out else []
 
