@@ -320,23 +320,27 @@ class _Processor(StatefulProcessor, Calls):
         _group_by_key(groups, hashes, keys, hashes_at, rows)  # null keys, or two keys with one hash
         return groups, hashes
 
-    def _process(self, groups: dict, hashes: dict, tv: Any) -> list:
-        pt, wm = self.times(tv)
-        now = self.now(pt, wm)
-        d = self._load_dir()
+    def _touch(self, d: Directory, key_hashes: list[int], now: int) -> tuple[list[int], list[int], dict[int, dict]]:
+        """The leaf of each key hash, the leaves holding a due timeout, and every leaf the call
+        needs, read: those two, or all of the bucket's when its state type changed (the
+        directory records one field layout for the whole bucket, so they are all re-laid now)."""
         leaves = d.leaves
-        key_hashes = [hashes[k] for k in groups]
         lids = place_keys(leaves, key_hashes)
         need = set(lids)
         if d.fields != self.fields:
-            # the state type changed since this bucket was written: re-lay all of its leaves now,
-            # as the directory records one field layout for the whole bucket
             need.update(lid for lid, (count, _) in leaves.items() if count)
         due: list[int] = []
         if self.timers:
             due = [lid for lid, (_, m) in leaves.items() if m is not None and is_due(m, now)]
             need.update(due)
-        touched = self._load_leaves(d, need)
+        return lids, due, self._load_leaves(d, need)
+
+    def _process(self, groups: dict, hashes: dict, tv: Any) -> list:
+        pt, wm = self.times(tv)
+        now = self.now(pt, wm)
+        d = self._load_dir()
+        key_hashes = [hashes[k] for k in groups]
+        lids, due, touched = self._touch(d, key_hashes, now)
         out: list = []
         owners: list = []
         state = self.group_state(None, False, pt, wm, False)

@@ -17,7 +17,6 @@ from typing import Any, Iterator
 from ...batch_state import NO_ENTRY, BatchRules
 from ...group_state import is_due
 from .engine import BatchedEngine
-from .layout import place_keys
 from .processor import _gc_paused, _key_cuts, _Processor
 
 
@@ -96,21 +95,12 @@ class _VectorProcessor(_Processor):
         pt, wm = self.times(tv)
         now = self.now(pt, wm)
         d = self._load_dir()
-        leaves = d.leaves
         index = arrays = None
         if table is not None:
             table, keys, hashes, index, arrays = self._runs(table)
         else:
             keys, hashes = [], []
-        lids = place_keys(leaves, hashes)
-        need = set(lids)
-        if d.fields != self.fields:
-            need.update(lid for lid, (count, _) in leaves.items() if count)
-        due: list[int] = []
-        if self.timers:
-            due = [lid for lid, (_, m) in leaves.items() if m is not None and is_due(m, now)]
-            need.update(due)
-        touched = self._load_leaves(d, need)
+        lids, due, touched = self._touch(d, hashes, now)
         entries = [touched[lid].get(k, NO_ENTRY) for k, lid in zip(keys, lids)]
         n_input = len(keys)
         if due:
