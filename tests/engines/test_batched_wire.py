@@ -74,7 +74,7 @@ def _leaf_io(server: _Server) -> LeafIO:
     return LeafIO(MapState(MapStateClient(api, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA), "leaves"))
 
 
-@pytest.mark.skipif(wire._pyspark_version() < wire._MIN_PYSPARK, reason="windows are used from PySpark 4.3 on")
+@pytest.mark.skipif(not wire.windows_supported(), reason="windows are used only on the PySpark releases checked for them")
 def test_windows_of_reads_and_writes_match_each_answer_to_its_request():
     server = _Server()
     io = _leaf_io(server)
@@ -93,7 +93,7 @@ def test_windows_of_reads_and_writes_match_each_answer_to_its_request():
     assert io.exchanges == -(-(n - 1) // wire.WRITE_WINDOW) + 1 + -(-len(wanted) // wire.READ_WINDOW)
 
 
-@pytest.mark.skipif(wire._pyspark_version() < wire._MIN_PYSPARK, reason="windows are used from PySpark 4.3 on")
+@pytest.mark.skipif(not wire.windows_supported(), reason="windows are used only on the PySpark releases checked for them")
 def test_a_failed_request_in_a_window_raises_with_the_servers_message():
     from pyspark.errors import PySparkRuntimeError
 

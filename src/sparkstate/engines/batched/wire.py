@@ -10,7 +10,8 @@ store calls, without a turn per message.
 
 That uses the transport inside PySpark's client (``MapStateClient``'s serializer and socket),
 which is not a public API. :class:`LeafIO` checks for every piece it needs and for a PySpark
-version whose server reads a request whole (``readFully``; checked on 4.3), and otherwise, or
+release whose server reads a request whole (``readFully``; checked on 4.3, the only release
+listed in ``_CHECKED_PYSPARK``), and otherwise, or
 for any state object that is not PySpark's (the in-memory stand-ins of the tests and
 ``benchmarks/loop.py``), makes the same calls one by one through the public ``MapState`` API.
 
@@ -27,7 +28,14 @@ from typing import Any, Iterable
 #: requests written before their answers are read
 READ_WINDOW = 128
 WRITE_WINDOW = 128
-_MIN_PYSPARK = (4, 3)
+#: the PySpark releases whose state server and client were checked for windows (a newer one may
+#: change either: it gets the one-by-one public calls until checked and added here)
+_CHECKED_PYSPARK = ((4, 3),)
+
+
+def windows_supported() -> bool:
+    """Whether this PySpark is one whose state client and server were checked for windows."""
+    return _pyspark_version() in _CHECKED_PYSPARK
 
 
 def _pyspark_version() -> tuple[int, int]:
@@ -51,7 +59,7 @@ class LeafIO:
 
     @staticmethod
     def _find_wire(map_state: Any) -> Any:
-        if _pyspark_version() < _MIN_PYSPARK:
+        if not windows_supported():
             return None
         client = getattr(map_state, "_mapStateClient", None)
         name = getattr(map_state, "_stateName", None)
