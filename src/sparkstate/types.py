@@ -344,15 +344,21 @@ def columns_encoder(st: StructType, where: str = "output") -> Callable[[list], l
         if set(map(type, records)) == tuple_only and set(map(len, records)) == {n}:
             cols = [list(c) for c in zip(*records)] if n else []
             return [check(col) for check, col in zip(checks, cols)]
-        rows = []
-        for i, r in enumerate(records):
-            try:
-                rows.append(row_enc(r))
-            except StateTypeError as exc:
-                raise RowTypeError(i, str(exc)) from None
+        rows = _encode_each(row_enc, records)
         return [list(c) for c in zip(*rows)] if n else []
 
     return encode
+
+
+def _encode_each(enc: Callable[[Any], Any], values: list) -> list:
+    """``enc`` of each value; a value it refuses raises :class:`RowTypeError` with its index."""
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(enc(v))
+        except StateTypeError as exc:
+            raise RowTypeError(i, str(exc)) from None
+    return out
 
 
 def _column_check(dt: DataType, where: str) -> Callable[[list], list]:
@@ -362,13 +368,7 @@ def _column_check(dt: DataType, where: str) -> Callable[[list], list]:
     as_float = isinstance(dt, _FRACTIONAL)
 
     def one_by_one(col: list) -> list:
-        out = []
-        for i, v in enumerate(col):
-            try:
-                out.append(enc(v))
-            except StateTypeError as exc:
-                raise RowTypeError(i, str(exc)) from None
-        return out
+        return _encode_each(enc, col)
 
     if plain is None:
         return one_by_one
