@@ -260,10 +260,14 @@ def test_idle_timeout_on_spark_equals_the_harness(spark, tmp_path):
     for pt in sorted({r[3] for r in got}):
         want += rows_of(h.run_batch(files.get(pt), processing_time=pt))
     assert sorted(got) == sorted(want)
+    # "a" expires before its second amount only if a batch without "a" ran once it had been idle long
+    # enough; a key with new data is never timed out in that batch (as in Spark), however late it comes
+    a_expired_first = [pt for u, k, _, pt in got if u == "a" and k == "expired" and pt < pts[1]]
+    assert all(pt >= pts[0] + IDLE_MS for pt in a_expired_first)
     assert sorted((u, k, t) for u, k, t, _ in got) == sorted(
-        [("a", "sum", 1.0), ("b", "sum", 2.0), ("a", "sum", 4.0), ("b", "expired", 2.0), ("a", "expired", 4.0)]
-        if pts[1] - pts[0] < IDLE_MS else
-        [("a", "sum", 1.0), ("b", "sum", 2.0), ("a", "expired", 1.0), ("b", "expired", 2.0), ("a", "sum", 3.0)])
+        [("a", "sum", 1.0), ("b", "sum", 2.0), ("a", "expired", 1.0), ("b", "expired", 2.0), ("a", "sum", 3.0)]
+        if a_expired_first else
+        [("a", "sum", 1.0), ("b", "sum", 2.0), ("a", "sum", 4.0), ("b", "expired", 2.0), ("a", "expired", 4.0)])
 
 
 def _start(out, checkpoint, sink):
