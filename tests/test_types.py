@@ -14,6 +14,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     BooleanType,
+    ByteType,
     DateType,
     DecimalType,
     DoubleType,
@@ -705,3 +706,24 @@ def test_record_decoder_names_a_nested_struct_that_lacks_a_field():
     with pytest.raises(ss.StateTypeError, match=r"field 'point' is struct<x:bigint,y:bigint> but the column is"
                                                 r" struct<x:bigint>"):
         record_decoder(Nested, schema)
+
+
+# --- integers outside their Spark type's range ------------------------------------------------
+
+@pytest.mark.parametrize("t, lo, hi", [(ByteType(), -128, 127), (ShortType(), -2**15, 2**15 - 1),
+                                       (IntegerType(), -2**31, 2**31 - 1), (LongType(), -2**63, 2**63 - 1)])
+def test_an_int_outside_its_types_range_is_refused_in_words(t, lo, hi):
+    kind = t.simpleString()
+    st = StructType([StructField("k", StringType()), StructField("n", t), StructField("xs", ArrayType(t))])
+    enc = encoder_for(st, "output")
+    assert tuple(enc(("a", lo, [hi, None, lo]))) == ("a", lo, [hi, None, lo])
+    with pytest.raises(ss.StateTypeError, match=rf"output.n: {hi + 1} does not fit in {kind} \({lo} to {hi}\)"):
+        enc(("a", hi + 1, []))
+    with pytest.raises(ss.StateTypeError, match=rf"output.xs\[\]: {lo - 1} does not fit in {kind}"):
+        enc(("a", 0, [0, None, lo - 1]))
+    # column by column: the same check, and the refused record's index
+    cols = sst.columns_encoder(st, "output")
+    assert cols([("a", lo, [hi]), ("b", None, None)]) == [["a", "b"], [lo, None], [[hi], None]]
+    with pytest.raises(sst.RowTypeError) as err:
+        cols([("a", 1, []), ("b", None, []), ("c", lo - 1, [])])
+    assert err.value.index == 2 and "does not fit in" in str(err.value)

