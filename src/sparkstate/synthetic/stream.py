@@ -38,7 +38,6 @@ import random
 import threading
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Any, Iterable, Iterator, Literal, Mapping
 
 from ..durations import Duration, Instant, instant_ms, positive_ms
@@ -336,8 +335,31 @@ def _round_at(config: StreamConfig, i: int) -> tuple[int, int, int]:
     return r, offs[r], offs[r + 1] - offs[r]
 
 
-@lru_cache(maxsize=16)
+#: Rounds kept per process, by their records: a reader needs the round its slice starts in and
+#: at most the next one, and a round of ``users`` holds 8 x ``users`` records of ~0.5 KB each, so
+#: a count of rounds would not bound the memory (16 rounds of 50,000 users held 3 GB per worker).
+_ROUNDS_KEPT_RECORDS = 250_000
+_rounds: dict[tuple[StreamConfig, int], tuple[Record, ...]] = {}
+_rounds_lock = threading.Lock()
+
+
 def _round(config: StreamConfig, r: int) -> tuple[Record, ...]:
+    """The records of round ``r``, from a small cache: the two most recently used rounds, and
+    older ones while the cache holds at most :data:`_ROUNDS_KEPT_RECORDS` records."""
+    key = (config, r)
+    with _rounds_lock:
+        block = _rounds.pop(key, None)
+    if block is None:
+        block = _make_round(config, r)
+    with _rounds_lock:
+        _rounds[key] = block  # the most recently used last
+        held = sum(map(len, _rounds.values()))
+        while len(_rounds) > 2 and held > _ROUNDS_KEPT_RECORDS:
+            held -= len(_rounds.pop(next(iter(_rounds))))
+    return block
+
+
+def _make_round(config: StreamConfig, r: int) -> tuple[Record, ...]:
     users = active_users(config, r)
     size = ROUND_EVENTS_PER_USER * len(users)
     first = r * size if config.cycle is None else _round_offsets(config, rounds=r + 1)[r]
