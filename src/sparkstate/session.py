@@ -75,6 +75,35 @@ def default_config() -> dict[str, str]:
     return cfg
 
 
+#: Settings only the process that runs Spark's driver can give: a Spark Connect client leaves them
+#: to the server (setting them from a client is refused or ignored, with a warning).
+SERVER_ONLY = ("spark.ui.", "spark.python.worker.", "spark.driver.", "spark.master")
+
+
+def is_connect(spark: object) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM in this process).
+
+    >>> import sparkstate as ss
+    >>> is_connect(ss.spark_session())
+    False
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def remote_url(remote: str | None = None) -> str | None:
+    """The Spark Connect URL to use: ``remote``, else ``SPARK_REMOTE``, else none (a local JVM).
+
+    >>> remote_url("sc://127.0.0.1:15002")
+    'sc://127.0.0.1:15002'
+    """
+    url = remote or os.environ.get("SPARK_REMOTE") or None
+    if url is not None and not url.startswith("sc://") and url != "local" and not url.startswith("local["):
+        from .errors import ConfigError
+
+        raise ConfigError(f"Spark Connect: expected a URL like sc://HOST:PORT, got {url!r}")
+    return url
+
+
 def _point_workers_at_this_python() -> None:
     # Workers start `python3` from PATH unless told otherwise, which may lack pandas/pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -85,6 +114,8 @@ def spark_session(
     app_name: str = "sparkstate",
     master: str | None = None,
     config: Mapping[str, str] | None = None,
+    *,
+    remote: str | None = None,
 ) -> "SparkSession":
     """Return (or reuse) a SparkSession set up for keyed state.
 
@@ -95,7 +126,15 @@ def spark_session(
     deduplication and joins, which refuse the Avro encoding. ``master=None`` means
     ``local[*]`` unless one is already configured (spark-submit). In local mode Spark's ports
     listen on 127.0.0.1 only (:data:`LOCAL_ONLY`). ``config`` wins over all.
+
+    ``remote="sc://HOST:PORT"`` (or the ``SPARK_REMOTE`` variable) returns a Spark Connect
+    session instead: it sets on it the settings a client may set (the SQL ones above), leaves
+    the rest to the server, and checks the settings keyed state needs; one the server refuses
+    raises :class:`~sparkstate.errors.ConfigError` naming the ``--conf`` to start the server with.
     """
+    url = remote_url(remote)
+    if url is not None and master is None:
+        return _connect_session(url, app_name, config)
     _point_workers_at_this_python()
     from pyspark.sql import SparkSession
 
@@ -124,6 +163,48 @@ def spark_session(
                 log.debug("could not set %s on the existing session", k)
     spark.sparkContext.setLogLevel(os.environ.get("SPARKSTATE_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def _connect_session(url: str, app_name: str, config: Mapping[str, str] | None) -> "SparkSession":
+    """A Spark Connect session with every client-settable setting of :func:`default_config`."""
+    from pyspark.sql import SparkSession
+
+    from .errors import ConfigError
+
+    spark = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+    settings = default_config()
+    settings.update(config or {})
+    required = {k: v for k, (v, _) in REQUIRED_SETTINGS.items()}
+    for key, value in settings.items():
+        if key.startswith(SERVER_ONLY) or not key.startswith("spark.sql."):
+            continue
+        try:
+            if spark.conf.get(key, None) != value:
+                spark.conf.set(key, value)
+        except Exception as exc:  # the server refuses this setting from a client
+            if key in required:
+                raise ConfigError(f"the Spark Connect server at {url} refuses {key} from a client"
+                                  f" ({_first_line(exc)}); start the server with --conf {key}={value}"
+                                  f" ({REQUIRED_SETTINGS[key][1]})") from None
+            log.info("Spark Connect: could not set %s on the session: %s", key, _first_line(exc))
+    check_connect_settings(spark, url)
+    return spark
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def check_connect_settings(spark: "SparkSession", url: str = "the server") -> None:
+    """Raise :class:`~sparkstate.errors.ConfigError` unless a Connect session has the settings
+    keyed state needs (:data:`REQUIRED_SETTINGS`), naming the ``--conf`` the server needs."""
+    from .errors import ConfigError
+
+    for key, (want, why) in REQUIRED_SETTINGS.items():
+        have = spark.conf.get(key, None)
+        if have is None or have.lower() != want.lower():
+            raise ConfigError(f"the Spark Connect server at {url} runs with {key}={have}; keyed state needs"
+                              f" {want} ({why}): start the server with --conf {key}={want}")
 
 
 _checked: set[int] = set()

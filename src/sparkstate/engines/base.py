@@ -164,6 +164,30 @@ def records_schema(key_schema: "StructType", state_schema: "StructType") -> "Str
     ])
 
 
+def decoded_records(rows: "DataFrame", decode: Callable[[tuple], Any], key_schema: "StructType",
+                    state_schema: "StructType") -> "DataFrame":
+    """The :func:`records_schema` rows that ``decode`` makes of each row of ``rows`` (a tuple of
+    its flat, top-level columns; ``decode`` yields record tuples), decoded on the workers.
+
+    Built on ``mapInArrow``, which a classic and a Spark Connect session both run (an RDD
+    would need the JVM in this process).
+    """
+    schema = records_schema(key_schema, state_schema)
+
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(schema)
+        for batch in batches:
+            out = [rec for row in zip(*(c.to_pylist() for c in batch.columns)) for rec in decode(row)]
+            if out:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(col, type=f.type) for col, f in zip(zip(*out), arrow_schema)], schema=arrow_schema)
+
+    return rows.mapInArrow(run, schema)
+
+
 def initial_key_column(i: int) -> str:
     """Name of the i-th key column in the initial-state layout handed to engines."""
     return f"{RESERVED_PREFIX}key_{i}"

@@ -37,7 +37,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from ...errors import StateSchemaError
 from .._fit import relayer
-from ..base import PICKLE_PROTOCOL, StoredLayout, records_schema
+from ..base import PICKLE_PROTOCOL, StoredLayout, decoded_records
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -238,5 +238,5 @@ class Layout1(StoredLayout):
                 yield (row[2], keys, cols, timeout, cols is not None)
 
         leaves = self.variable(LEAF_VARIABLE, batch_id).select(
-            F.col("key").getField(BUCKET_COLUMN), "user_map_value.blob", "partition_id")
-        return self.spark.createDataFrame(leaves.rdd.flatMap(decode), records_schema(key_schema, state_schema))
+            F.col("key").getField(BUCKET_COLUMN).alias("bucket"), F.col("user_map_value.blob").alias("blob"), "partition_id")
+        return decoded_records(leaves, decode, key_schema, state_schema)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from ..base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, StoredLayout, records_schema
+from ..base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, StoredLayout, decoded_records
 from .._fit import relayer
 
 if TYPE_CHECKING:
@@ -78,18 +78,18 @@ class Layout2(StoredLayout):
         target = parse_type_tag(target_tag)
         relayers = {t: relayer(parse_type_tag(t), target) for t in tags if t != target_tag}
 
-        def decode(row: Any) -> Any:
-            part, key, (tag, blob, timeout) = row
+        def decode(row: tuple) -> Any:
+            part, tag, blob, timeout, *key = row
             cols = None
             if blob is not None:
                 cols = pickle.loads(blob)
                 if tag != target_tag:
                     cols = relayers[tag](cols)
-            return (part, tuple(key), cols, timeout, cols is not None)
+            yield (part, tuple(key), cols, timeout, cols is not None)
 
-        rows = raw.select("partition_id", "key", F.struct(*[F.col(f"value.`{f}`") for f in
-                                                            (SCHEMA_FIELD, STATE_FIELD, TIMEOUT_FIELD)])).rdd.map(decode)
-        return self.spark.createDataFrame(rows, records_schema(key_schema, target))
+        rows = raw.select("partition_id", *[F.col(f"value.`{f}`").alias(f) for f in (SCHEMA_FIELD, STATE_FIELD, TIMEOUT_FIELD)],
+                          *[F.col(f"key.`{k}`").alias(f"_k{i}") for i, k in enumerate(key_schema.names)])
+        return decoded_records(rows, decode, key_schema, target)
 
     def schemas(self) -> tuple[StructType, list[StructType]]:
         from ...types import parse_type_tag
