@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import threading
 import time
@@ -32,6 +33,9 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
     demo.add_argument("--kafka", action="store_true", help="read the events through a local Kafka broker (started"
                       " and stopped here, from the jars `make kafka` fetched) instead of the files")
+    demo.add_argument("--remote", metavar="URL", default=os.environ.get("SPARKSTATE_REMOTE"),
+                      help="run on a Spark Connect server, e.g. sc://HOST:15002, that shares this machine's files"
+                           " (default: SPARKSTATE_REMOTE, else SPARK_REMOTE, else Spark started here)")
     demo.set_defaults(run=_demo)
 
 
@@ -42,6 +46,7 @@ def _demo(args: argparse.Namespace) -> int:
     import sparkstate as ss
 
     from ..demo import prepare_out_dir, run_demo
+    from ..session import remote_url
 
     started = time.monotonic()
     broker = None
@@ -60,11 +65,12 @@ def _demo(args: argparse.Namespace) -> int:
             raise ConfigError("demo --kafka: producing to the broker needs confluent-kafka:"
                               " pip install 'sparkstate[kafka]'") from None
         spark_config = connectors.spark_settings(kafka=True)
-    out = prepare_out_dir(args.out)
+    out = prepare_out_dir(Path(args.out).absolute())  # a Spark Connect server has a working directory of its own
     log_path = out / "spark.log"
     active = SparkSession.getActiveSession()  # embedded (e.g. a notebook): use it as it is
     own_session = active is None
-    if own_session:  # Spark is not started yet: its console output goes to the log file
+    remote = remote_url(getattr(args, "remote", None))
+    if own_session and remote is None:  # Spark is not started yet: its console output goes to the log file
         send_process_output_to(log_path)
     console = Console(highlight=False)
     spark = None
@@ -78,7 +84,8 @@ def _demo(args: argparse.Namespace) -> int:
                 status.update("Starting a local Kafka broker ...")
                 broker = kafka_broker.start()
                 status.update("Starting Spark (local) ...")
-            spark = active if active is not None else ss.spark_session("sparkstate-demo", config=spark_config)
+            spark = active if active is not None else ss.spark_session("sparkstate-demo", config=spark_config,
+                                                                       remote=remote)
             if in_main_thread:
                 # PySpark's own SIGINT handler calls into the JVM from inside the interrupted
                 # call (a py4j re-entrancy error); a plain KeyboardInterrupt lets run_demo let
@@ -103,7 +110,8 @@ def _demo(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, previous_handler)
     summary_path = out / "summary.json"
     summary_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    _print_summary(console, result, summary_path, log_path if own_session else None, time.monotonic() - started)
+    _print_summary(console, result, summary_path, log_path if own_session and remote is None else None,
+                   time.monotonic() - started)
     return 0 if result.matches_reference else 1
 
 

@@ -78,6 +78,8 @@ def add_parser(sub: Any) -> None:
                      " Spark (default: CHECKPOINT/spark.log, or one in the temp directory)")
     run.add_argument("--master", metavar="URL", help="Spark master when sparkstate starts Spark, e.g."
                      " spark://HOST:7077 (default: local[*]; SPARKSTATE_MASTER)")
+    run.add_argument("--remote", metavar="URL", help="run on a Spark Connect server, e.g. sc://HOST:15002"
+                     " (default: SPARK_REMOTE; SPARKSTATE_REMOTE)")
     run.add_argument("--engine", metavar="NAME", help="state engine: batched (default, fastest) or tws")
     run.add_argument("--packages", metavar="COORDS", help="Maven coordinates Spark resolves at start"
                      " (spark.jars.packages), e.g. Spark's Kafka connector for kafka: sources and sinks")
@@ -90,7 +92,7 @@ def add_parser(sub: Any) -> None:
 
 
 RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
-                "initial_state", "metrics", "once", "query_name", "spark_log", "master", "engine", "max_future_skew",
+                "initial_state", "metrics", "once", "query_name", "spark_log", "master", "remote", "engine", "max_future_skew",
                 "emit_on_last", "packages", "jars", "config", "max_batch_records", "max_batch_files")
 
 
@@ -138,14 +140,16 @@ def _run(args: argparse.Namespace) -> int:
 
     from ..jobs import JOB_PIPELINES, run_pipeline
     from ..observe import ProgressDisplay
+    from ..session import is_connect, remote_url
 
     config = job_config(args)
     # Spark's console sink prints on fd 1: keep it on the terminal, and progress off the live table.
     to_console = "console" in (config.sink.strip().lower(), (config.deadletter or "").strip().lower())
     active = SparkSession.getActiveSession()
     own_session = active is None
+    remote = remote_url(config.remote) if config.master is None else None
     log_path = None
-    if own_session:  # Spark is not started yet: its console output goes to a log file
+    if own_session and remote is None:  # Spark is not started yet: its console output goes to a log file
         log_path = Path(config.spark_log) if config.spark_log else _default_spark_log(config.checkpoint)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         send_process_output_to(log_path, append=True, keep_stdout=to_console)
@@ -155,11 +159,12 @@ def _run(args: argparse.Namespace) -> int:
     previous = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) if in_main_thread else None
     spark = None
     try:
-        with console.status(f"Starting Spark ({config.master or 'local'}) ..."):
+        with console.status(f"Starting Spark ({remote or config.master or 'local'}) ..."):
             spark = active if active is not None else ss.spark_session(f"sparkstate-{config.pipeline}",
-                                                                       master=config.master,
+                                                                       master=config.master, remote=remote,
                                                                        config=_connector_settings(config))
-        if not own_session and config.master and spark.sparkContext.master != config.master:
+        if not own_session and config.master and not is_connect(spark) \
+                and spark.sparkContext.master != config.master:
             logging.getLogger("sparkstate").warning("run: master %s ignored: this process already runs Spark on %s",
                                                     config.master, spark.sparkContext.master)
         if in_main_thread:  # after Spark's start, which installs its own handler (see _demo); SIGTERM alike

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from datetime import datetime, timezone
 from typing import Any
 
@@ -15,6 +16,7 @@ def add_parser(sub: Any) -> None:
     ops = st.add_subparsers(dest="state_command", metavar="ACTION", required=True)
     show = ops.add_parser("show", help="each key's state, decoded, with its pending timeout")
     show.add_argument("checkpoint")
+    _remote_flag(show)
     show.add_argument("--key", help="only this key (compared as text)")
     show.add_argument("--batch", type=int, help="as of this committed batch (default: the latest)")
     show.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -22,11 +24,13 @@ def add_parser(sub: Any) -> None:
     show.set_defaults(run=_show)
     stats = ops.add_parser("stats", help="keys and bytes per partition and batch, and the operator's metadata")
     stats.add_argument("checkpoint")
+    _remote_flag(stats)
     stats.set_defaults(run=_stats)
     exp = ops.add_parser("export", help="write the state as Parquet, usable as --initial-state of a new query")
     exp.add_argument("checkpoint")
     exp.add_argument("path")
     exp.add_argument("--batch", type=int)
+    _remote_flag(exp)
     exp.set_defaults(run=_export)
 
     rep = sub.add_parser("report", help="plots and a summary of a run's metrics file")
@@ -35,10 +39,16 @@ def add_parser(sub: Any) -> None:
     rep.set_defaults(run=_report)
 
 
-def _session():
+def _remote_flag(parser: Any) -> None:
+    parser.add_argument("--remote", metavar="URL", default=os.environ.get("SPARKSTATE_REMOTE"),
+                        help="read through a Spark Connect server, e.g. sc://HOST:15002 (default: SPARKSTATE_REMOTE,"
+                             " else SPARK_REMOTE, else Spark started here)")
+
+
+def _session(args: argparse.Namespace):
     import sparkstate as ss
 
-    return ss.spark_session("sparkstate-state")
+    return ss.spark_session("sparkstate-state", remote=getattr(args, "remote", None))
 
 
 def _plain(v: Any, name: str = "") -> Any:
@@ -60,7 +70,7 @@ def _show(args: argparse.Namespace) -> int:
 
     import sparkstate as ss
 
-    spark = _session()
+    spark = _session(args)
     df = ss.state.read(spark, args.checkpoint, batch_id=args.batch)
     if args.key is not None:
         df = df.where(F.col(df.columns[0]).cast("string") == args.key)
@@ -102,7 +112,7 @@ _WIDE = 5
 def _stats(args: argparse.Namespace) -> int:
     import sparkstate as ss
 
-    st = ss.state.stats(_session(), args.checkpoint)
+    st = ss.state.stats(_session(args), args.checkpoint)
     op = st.operator
     print(f"checkpoint: {st.checkpoint}")
     print(f"operator {op['operator_id']}: {op['operator']}, time mode {op['time_mode']}, output mode {op['output_mode']},"
@@ -120,7 +130,7 @@ def _stats(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     import sparkstate as ss
 
-    n = ss.state.export(_session(), args.checkpoint, args.path, batch_id=args.batch)
+    n = ss.state.export(_session(args), args.checkpoint, args.path, batch_id=args.batch)
     print(f"exported the state of {n} keys to {args.path}; start a new query from it with --initial-state {args.path}")
     return 0
 

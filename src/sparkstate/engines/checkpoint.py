@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StateSchemaError
+from ..paths import absolute_path
 from .base import ENGINES, StoredLayout, get_engine
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def has_state(checkpoint: str | os.PathLike) -> bool:
 
 def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict[str, Any]]:
     """The stateful operators of a checkpoint: id, name, partitions, batches, time mode, variables."""
-    rows = spark.read.format("state-metadata").load(str(checkpoint)).collect()
+    rows = spark.read.format("state-metadata").load(absolute_path(checkpoint)).collect()
     out = []
     for r in rows:
         props = json.loads(r.operatorProperties) if r.operatorProperties else {}
@@ -59,6 +60,7 @@ def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> Store
     Raises :class:`StateSchemaError` when the checkpoint is missing, has no committed state,
     holds no sparkstate operator, or several.
     """
+    checkpoint = absolute_path(checkpoint)
     if not Path(checkpoint).exists():
         raise StateSchemaError(f"checkpoint {checkpoint} does not exist")
     if not has_state(checkpoint):

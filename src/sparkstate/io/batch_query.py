@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from ..errors import SinkError
+from ..session import is_connect
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+_ids: dict[str, str] = {}
 
 
-def batch_query_id(batch_df: "DataFrame", sink: str, override: str) -> str:
+def checkpoint_query_id(spark: "SparkSession", checkpoint: str) -> str:
+    """The query id a checkpoint keeps (its ``metadata`` file, written when the query first
+    starts), read through Spark so the path may be anywhere the server reads."""
+    if checkpoint not in _ids:
+        line = spark.read.text(f"{checkpoint.rstrip('/')}/metadata").first()
+        _ids[checkpoint] = json.loads(line[0])["id"]
+    return _ids[checkpoint]
+
+
+def batch_query_id(batch_df: "DataFrame", sink: str, override: str, checkpoint: str | None = None) -> str:
     """The id of the streaming query whose micro-batch ``batch_df`` is (stable across restarts on
     one checkpoint); ``sink`` and ``override`` (the writer's parameter that sets an id by hand)
-    name the way out when the writer is called outside ``foreachBatch``."""
-    query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    name the way out when the writer is called outside ``foreachBatch``.
+
+    A classic session knows it from the batch's thread; over Spark Connect the batch runs in a
+    session of its own on the server, and the id is read from ``checkpoint``.
+    """
+    spark = batch_df.sparkSession
+    if is_connect(spark):
+        if checkpoint is None:
+            raise SinkError(f"{sink}: over Spark Connect the query id is read from the checkpoint; pass checkpoint="
+                            f" (the query's checkpointLocation) or {override}")
+        return checkpoint_query_id(spark, checkpoint)
+    query_id = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
     if not query_id:
         raise SinkError(f"{sink}: no streaming query id (the writer was called outside foreachBatch); pass {override}")
     return query_id

@@ -175,7 +175,9 @@ KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 def kafka_connector_available(spark) -> bool | None:
     """Whether Spark's Kafka connector is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect)."""
-    jvm = getattr(spark, "_jvm", None)
+    from ..session import is_connect
+
+    jvm = None if is_connect(spark) else getattr(spark, "_jvm", None)
     if jvm is None:
         return None
     try:

@@ -64,12 +64,14 @@ def committed_version(path: str, app_id: str) -> int | None:
 class DeltaBatchWriter:
     """The ``foreachBatch`` function of the ``delta:PATH`` sink: ``writer(batch_df, batch_id)``.
 
-    ``app_id`` names this stream in the table's transactions; by default ``sparkstate:QUERY_ID``.
+    ``app_id`` names this stream in the table's transactions; by default ``sparkstate:QUERY_ID``
+    (over Spark Connect read from ``checkpoint``, the query's checkpoint location).
     """
 
-    def __init__(self, path: str, *, app_id: str | None = None) -> None:
+    def __init__(self, path: str, *, app_id: str | None = None, checkpoint: str | None = None) -> None:
         self.path = path.rstrip("/") or "/"
         self.app_id = app_id
+        self.checkpoint = checkpoint
         _deltalake()  # fail before the query starts when the package is missing
 
     def __repr__(self) -> str:
@@ -78,7 +80,7 @@ class DeltaBatchWriter:
     def _app_id(self, batch_df: "DataFrame") -> str:
         if self.app_id is not None:
             return self.app_id
-        return f"sparkstate:{batch_query_id(batch_df, f'delta:{self.path}', 'app_id= to DeltaBatchWriter')}"
+        return f"sparkstate:{batch_query_id(batch_df, f'delta:{self.path}', 'app_id= to DeltaBatchWriter', self.checkpoint)}"
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
         """Append one micro-batch, or skip it if the table's transaction for this stream already has it."""

@@ -26,6 +26,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Iterable
 
+from ..errors import SinkError
+from .batch_query import batch_query_id
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -40,8 +43,9 @@ class KafkaBatchWriter:
     """The ``foreachBatch`` function of the ``kafka:BROKERS/TOPIC`` sink (at-least-once; see the module)."""
 
     def __init__(self, brokers: str, topic: str, *, key_column: str | None = None,
-                 options: dict[str, str] | None = None) -> None:
+                 options: dict[str, str] | None = None, checkpoint: str | None = None) -> None:
         self.brokers = brokers
+        self.checkpoint = checkpoint  # where the query id is read over Spark Connect
         self.topic = topic
         self.key_column = key_column
         self.options = dict(options or {})
@@ -66,7 +70,10 @@ class KafkaBatchWriter:
         return batch_df.select(key_text.alias("key"), value.alias("value"), headers.alias("headers"))
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        query_id = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId") or ""
+        try:
+            query_id = batch_query_id(batch_df, f"kafka:{self.brokers}/{self.topic}", "checkpoint=", self.checkpoint)
+        except SinkError:  # outside a stream: the messages carry no query id
+            query_id = ""
         (self.frame(batch_df, batch_id, query_id).write.format("kafka")
          .option("kafka.bootstrap.servers", self.brokers).option("topic", self.topic)
          .options(**self.options).save())

@@ -318,9 +318,10 @@ class PostgresBatchWriter:
     >>> query = sessions.writeStream.foreachBatch(writer).start()      # doctest: +SKIP
     """
 
-    def __init__(self, target: PostgresTarget, *, sink_id: str | None = None) -> None:
+    def __init__(self, target: PostgresTarget, *, sink_id: str | None = None, checkpoint: str | None = None) -> None:
         self.target = target
         self.sink_id = sink_id
+        self.checkpoint = checkpoint  # where the query id is read over Spark Connect
         self._prepared_for: "StructType | None" = None
 
     def __repr__(self) -> str:
@@ -403,7 +404,8 @@ class PostgresBatchWriter:
     def _sink_id(self, batch_df: "DataFrame") -> str:
         if self.sink_id is not None:
             return self.sink_id
-        query_id = batch_query_id(batch_df, f"postgres sink {self.target.display}", "sink_id= to PostgresBatchWriter")
+        query_id = batch_query_id(batch_df, f"postgres sink {self.target.display}", "sink_id= to PostgresBatchWriter",
+                                  self.checkpoint)
         return f"{self.target.table}@{query_id}"
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:

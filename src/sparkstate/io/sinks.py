@@ -54,6 +54,8 @@ from urllib.parse import urlsplit
 
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
+from ..paths import local_path
+from ..session import is_connect
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 
@@ -227,32 +229,23 @@ def parse_sink(text: str) -> SinkSpec:
 
 # --- checks on local paths before starting -------------------------------------------------
 
-def local_path(path: str) -> Path | None:
-    """A local filesystem path for ``path``, or ``None`` for a remote URI (hdfs://, s3a://...).
-
-    >>> local_path("file:///tmp/ck"), local_path("s3a://bucket/ck")
-    (PosixPath('/tmp/ck'), None)
-    """
-    scheme = urlsplit(path).scheme
-    if scheme in ("", "file") or len(scheme) == 1:  # len 1: a Windows drive letter
-        return Path(path[len("file://"):] if path.startswith("file://") else path.removeprefix("file:"))
-    return None
-
-
 def _numbered(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
     return sorted(int(p.name.split(".")[0]) for p in directory.iterdir() if p.name.split(".")[0].isdigit())
 
 
-def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -> None:
+def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
+                     layout: str | None = None) -> None:
     """Refuse, before anything starts, what would silently lose or hide output (local paths only).
 
     A memory sink on a checkpoint with progress (Spark cannot recover it); a file sink directory
     holding the other layout (append: ``_spark_metadata``; update: ``batch_id=N``); a file sink
     directory holding committed batches with a new checkpoint (the new query's first batches
-    would be skipped as already written).
+    would be skipped as already written). ``layout``: the file sink's layout
+    (:func:`~sparkstate.io.writers.file_layout`), by default that of ``output_mode`` on a classic session.
     """
+    layout = layout or ("log" if output_mode == "append" else "batches")
     ck = local_path(checkpoint) if checkpoint else None
     fresh = ck is not None and not _numbered(ck / "commits") and not _numbered(ck / "offsets")
     if spec.kind == "memory" and ck is not None and not fresh:
@@ -266,11 +259,12 @@ def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str) -
         return
     committed = _numbered(out / "_spark_metadata")
     batch_dirs = sorted(out.glob("batch_id=*")) if out.is_dir() else []
-    if output_mode == "update" and committed:
-        raise ConfigError(f"{spec}: in update mode batches go to {spec.path}/batch_id=N, but this directory holds"
+    if layout == "batches" and committed:
+        how = "in update mode" if output_mode == "update" else "over Spark Connect"
+        raise ConfigError(f"{spec}: {how} batches go to {spec.path}/batch_id=N, but this directory holds"
                           " append-mode output (_spark_metadata), and readers would ignore the batch directories;"
                           " use another directory")
-    if output_mode == "append" and batch_dirs:
+    if layout == "log" and batch_dirs:
         raise ConfigError(f"{spec}: this directory holds update-mode output (batch_id=N directories), which"
                           " Spark's append-mode file sink would hide from readers; use another directory")
     if fresh and (committed or batch_dirs):
@@ -314,6 +308,9 @@ def start_sink(
     mode, checkpoint, name = _start_settings(df, spec, checkpoint, output_mode, query_name)
     check_sink_paths(spec, checkpoint, mode)
     writer = df.writeStream.outputMode(mode)
+    # Over Spark Connect Spark's own memory and append-mode file sinks do what the writers below do
+    # on a classic session (which drive Spark's file sink through the JVM, or keep rows here).
+    native = is_connect(df.sparkSession) and (spec.kind == "memory" or (spec.is_file and mode == "append"))
     if trigger is not None:
         try:
             ms = positive_ms(trigger, f"start_sink({spec}): trigger")
@@ -324,8 +321,13 @@ def start_sink(
         writer = writer.queryName(name)
     if checkpoint is not None:
         writer = writer.option("checkpointLocation", checkpoint)
-    write_batch = batch_writer(df.sparkSession, spec, mode, df.schema, name or DEFAULT_MEMORY_NAME)
     log.info("starting sink %s (output mode %s, checkpoint %s)", describe(spec, mode), mode, checkpoint)
+    if native:
+        if spec.kind == "memory":
+            return writer.format("memory").start()
+        return writer.format(spec.kind).option("path", spec.path).start()
+    write_batch = batch_writer(df.sparkSession, spec, mode, df.schema, name or DEFAULT_MEMORY_NAME,
+                               checkpoint=checkpoint)
     return writer.foreachBatch(write_batch).start()
 
 

@@ -35,7 +35,8 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from ..errors import SinkError
+from ..errors import ConfigError, SinkError
+from ..session import is_connect
 from .postgres import PostgresBatchWriter
 
 if TYPE_CHECKING:
@@ -65,6 +66,11 @@ class FileBatchWriter:
     (atomic on local and HDFS file systems); a batch whose directory already exists was
     committed before and is skipped. Empty batches write nothing.
 
+    Over Spark Connect (no Hadoop file system in this process) the batch is written straight to
+    ``DIR/batch_id=N`` by Spark's writer, whose job commit writes ``_SUCCESS`` last: a
+    directory with ``_SUCCESS`` was committed and is skipped; one without (an attempt that
+    died while committing) is overwritten.
+
     >>> FileBatchWriter("parquet", "/out")
     FileBatchWriter('parquet', '/out')
     """
@@ -78,6 +84,9 @@ class FileBatchWriter:
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
         spark = batch_df.sparkSession
+        if is_connect(spark):
+            self._write_through_spark(batch_df, batch_id)
+            return
         jvm = spark._jvm  # Hadoop FileSystem: the same code for local, HDFS and object stores
         HPath = jvm.org.apache.hadoop.fs.Path
         root = HPath(self.path)
@@ -106,6 +115,33 @@ class FileBatchWriter:
             raise SinkError(f"{self.fmt}:{self.path}: could not move batch {batch_id} from {tmp.toString()}"
                             f" to {target.toString()}")
         log.info("%s:%s: batch %d written", self.fmt, self.path, batch_id)
+
+    def _write_through_spark(self, batch_df: "DataFrame", batch_id: int) -> None:
+        target = f"{self.path.rstrip('/')}/batch_id={batch_id}"
+        if path_exists(batch_df.sparkSession, f"{target}/_SUCCESS"):
+            log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
+            run_only(batch_df)
+            return
+        batch_df.persist()
+        try:
+            if not batch_df.isEmpty():
+                batch_df.write.mode("overwrite").format(self.fmt).save(target)
+                log.info("%s:%s: batch %d written", self.fmt, self.path, batch_id)
+        finally:
+            batch_df.unpersist()
+
+
+def path_exists(spark: "SparkSession", path: str) -> bool:
+    """Whether ``path`` exists where the session's Spark reads (asks Spark: no JVM needed here)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.read.format("text").load(path).schema
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+            return False
+        raise
+    return True
 
 
 # Spark moved its file sink between packages (4.1); the formats' classes have stayed put.
@@ -195,45 +231,63 @@ class ConsoleTable:
         sys.stdout.flush()
 
 
-def describe(spec: "SinkSpec", output_mode: str) -> str:
+def describe(spec: "SinkSpec", output_mode: str, connect: bool = False) -> str:
     """How :func:`batch_writer` writes ``spec`` (for logs)."""
     if spec.is_file:
-        how = "Spark file sink: files + _spark_metadata" if output_mode == "append" else "one directory per batch"
+        how = ("Spark file sink: files + _spark_metadata" if file_layout(output_mode, connect) == "log"
+               else "one directory per batch")
         return f"{spec} ({how})"
     return str(spec)
 
 
+def file_layout(output_mode: str, connect: bool) -> Literal["log", "batches"]:
+    """How a file sink lays out a stream's output: Spark's file-sink log (``_spark_metadata``, append
+    mode on a classic session) or one ``batch_id=N`` directory per batch (update mode, and every
+    mode over Spark Connect, where Spark's file-sink log cannot be driven from ``foreachBatch``).
+
+    >>> file_layout("append", False), file_layout("append", True), file_layout("update", False)
+    ('log', 'batches', 'batches')
+    """
+    return "log" if output_mode == "append" and not connect else "batches"
+
+
 def batch_writer(spark: "SparkSession", spec: "SinkSpec", output_mode: str, schema: "StructType",
-                 default_name: str, title: str = "Batch") -> BatchWriter:
+                 default_name: str, title: str = "Batch", checkpoint: str | None = None) -> BatchWriter:
     """The per-batch writer of ``spec`` (see the module docstring); ``schema`` is what it receives.
 
     ``default_name`` names a memory sink without a name; ``title`` heads console output.
     Creating it touches nothing but what the sink needs to exist (a postgres table, a file
     sink's ``_spark_metadata``, a memory sink's empty view): call it only once every check
-    has passed.
+    has passed. ``checkpoint`` (the query's) is where the postgres, Delta and Kafka writers
+    read the query id over Spark Connect.
     """
+    connect = is_connect(spark)
     if spec.kind == "console":
         return ConsoleTable(title)
     if spec.kind == "memory":
+        if connect:
+            raise ConfigError(f"{spec}: the memory sink keeps rows in this Python process, and over Spark Connect"
+                              " each batch is written on the server; use parquet:DIR or delta:PATH and read it"
+                              " back, or writeStream.format('memory') for Spark's own")
         return MemoryTable(spark, spec.name or default_name, schema)
     if spec.is_file:
-        if output_mode == "append":
+        if file_layout(output_mode, connect) == "log":
             return FileSinkLog(spark, spec.kind, spec.path)  # type: ignore[arg-type]
         return FileBatchWriter(spec.kind, spec.path)  # type: ignore[arg-type]
     if spec.kind == "delta":
         from .delta import DeltaBatchWriter
 
-        return DeltaBatchWriter(spec.path)  # type: ignore[arg-type]
+        return DeltaBatchWriter(spec.path, checkpoint=checkpoint)  # type: ignore[arg-type]
     if spec.kind == "kafka":
         from .connectors import require_kafka_connector
         from .kafka import KafkaBatchWriter
 
         require_kafka_connector(spark, str(spec))
-        return KafkaBatchWriter(spec.url, spec.table)  # type: ignore[arg-type]
-    writer = PostgresBatchWriter(spec.postgres_target)
+        return KafkaBatchWriter(spec.url, spec.table, checkpoint=checkpoint)  # type: ignore[arg-type]
+    writer = PostgresBatchWriter(spec.postgres_target, checkpoint=checkpoint)
     writer.prepare(schema)
     return writer
 
 
 __all__ = ["CONSOLE_ROWS", "BatchWriter", "ConsoleTable", "FileBatchWriter", "FileSinkLog", "MemoryTable",
-           "batch_writer", "describe", "run_only"]
+           "batch_writer", "describe", "file_layout", "path_exists", "run_only"]

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
+from ..paths import absolute_path
 from .pipelines import JOB_PIPELINES
 
 log = logging.getLogger("sparkstate.jobs")
@@ -57,7 +58,9 @@ class JobConfig:
     sessionize's; ``initial_state`` (a Parquet or JSON path) is visited-pages'. ``once``: stop
     when the input available at the start is processed. ``options`` go to the source's reader.
     ``master``: the Spark master URL (``spark://HOST:PORT``, ``local[2]``, ...) for a session the
-    job starts itself (``None``: ``local[*]``, or what spark-submit configured). ``engine``: the
+    job starts itself (``None``: ``local[*]``, or what spark-submit configured). ``remote``: a
+    Spark Connect server (``sc://HOST:PORT``) to run the job on instead (``None``: the
+    ``SPARK_REMOTE`` variable, if set). ``engine``: the
     state engine the pipeline runs on (``None``: the pipeline's default, the fastest).
     ``max_future_skew`` (sessionize, event time): events whose time is more than this ahead of
     the processing time go to the dead letters instead of moving the watermark.
@@ -99,6 +102,7 @@ class JobConfig:
     options: Mapping[str, str] = field(default_factory=dict)
     spark_log: str | None = None
     master: str | None = None
+    remote: str | None = None
     engine: str | None = None
     max_future_skew: str | None = None
     emit_on_last: bool = False
@@ -139,6 +143,10 @@ class JobConfig:
                                         or any(c.isspace() for c in self.master.strip())):
             raise ConfigError(f"run: master must be a Spark master URL such as spark://HOST:7077 or local[2],"
                               f" got {self.master!r}")
+        if self.remote is not None and not (isinstance(self.remote, str) and self.remote.strip().startswith("sc://")):
+            raise ConfigError(f"run: remote must be a Spark Connect URL such as sc://HOST:15002, got {self.remote!r}")
+        if self.remote is not None and self.master is not None:
+            raise ConfigError("run: give either master (Spark started here) or remote (a Spark Connect server), not both")
         if self.engine is not None:
             from ..engines import ENGINES
 
@@ -199,9 +207,7 @@ def source_options(config: JobConfig) -> dict[str, str]:
 
 
 def _absolute(path: str) -> str:
-    if "://" in path or path.startswith("file:") or os.path.isabs(path):
-        return path
-    return str(Path(path).expanduser().absolute())
+    return absolute_path(path)
 
 
 def _absolute_spec(spec: str, kinds: tuple[str, ...]) -> str:

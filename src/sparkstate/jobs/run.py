@@ -39,8 +39,9 @@ from ..errors import ConfigError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
 from ..io.sources import open_source, parse_source
-from ..io.writers import batch_writer, describe
+from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch
+from ..session import is_connect
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
@@ -262,9 +263,10 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
         if needs:
             raise ConfigError(f"run: a {needs[0]} sink needs --checkpoint DIR (it is what makes the output"
                               " exactly-once across restarts)")
-    check_sink_paths(sink, checkpoint, pipeline.output_mode)
+    connect = is_connect(spark)
+    check_sink_paths(sink, checkpoint, pipeline.output_mode, file_layout(pipeline.output_mode, connect))
     if dead_sink is not None:
-        check_sink_paths(dead_sink, checkpoint, "append")
+        check_sink_paths(dead_sink, checkpoint, "append", file_layout("append", connect))
     try:
         trigger_ms = positive_ms(config.trigger, "run: trigger")
     except ValueError as exc:
@@ -276,13 +278,16 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
 
 def _tee(spark: "SparkSession", job: _Job) -> JobTee:
     """The writers of the job's output and dead letters (creating what their sinks need)."""
-    writer = batch_writer(spark, job.sink, job.pipeline.output_mode, job.out_schema, job.name)
+    ck = None if job.own_checkpoint else job.checkpoint
+    writer = batch_writer(spark, job.sink, job.pipeline.output_mode, job.out_schema, job.name, checkpoint=ck)
     dead_writer = None
     if job.dead_sink is not None:
         dead_writer = batch_writer(spark, job.dead_sink, "append", to_struct(DEAD_LETTER_SCHEMA),
-                                   f"{job.name}_deadletters", title="Dead letters, batch")
+                                   f"{job.name}_deadletters", title="Dead letters, batch", checkpoint=ck)
+    connect = is_connect(spark)
     log.info("run %s: output to %s, dead letters to %s", job.pipeline.name,
-             describe(job.sink, job.pipeline.output_mode), job.dead_sink and describe(job.dead_sink, "append"))
+             describe(job.sink, job.pipeline.output_mode, connect),
+             job.dead_sink and describe(job.dead_sink, "append", connect))
     return JobTee(writer, dead_writer)
 
 

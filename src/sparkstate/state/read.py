@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engines.base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN
 from ..engines.checkpoint import has_state, operators, stored_layout
+from ..paths import absolute_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,8 +88,9 @@ def export(spark: "SparkSession", checkpoint: str | os.PathLike, path: str | os.
     The Parquet is accepted unchanged as ``initial_state`` of a new query.
     """
     df = read(spark, checkpoint, batch_id)
-    df.write.mode("overwrite").parquet(str(path))
-    return spark.read.parquet(str(path)).count()
+    path = absolute_path(path)
+    df.write.mode("overwrite").parquet(path)
+    return spark.read.parquet(path).count()
 
 
 @dataclass(frozen=True)
