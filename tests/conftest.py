@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# tests/connect runs in a pytest process of its own (a Spark Connect client turns the whole process
+# to Connect): tests/test_connect.py starts it.
+collect_ignore = [] if os.environ.get("SPARKSTATE_CONNECT_TESTS") else ["connect"]
 # No PYTHONPATH for the workers: state functions and dataclasses defined in test modules reach
 # them the way a user's do (sparkstate ships modules that are not installed by value).
 

@@ -1,0 +1,82 @@
+"""A real Spark Connect server for the tests: the pyspark wheel's own SparkConnectServer, on a
+free loopback port, its Python workers on this interpreter, Spark's Kafka connector on its
+classpath (the jars `make kafka` fetched), stopped at the end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ConnectServer:
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+
+
+def start(timeout: float = 240.0) -> ConnectServer:
+    import pyspark
+
+    from sparkstate.io import connectors
+
+    home = Path(pyspark.__file__).parent
+    port = _free_port()
+    root = Path(tempfile.mkdtemp(prefix="sparkstate-connect-"))
+    log = root / "server.log"
+    confs = {
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+    }
+    jars = connectors.spark_settings(kafka=True).get("spark.jars")
+    cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--class", SERVER_CLASS]
+    for k, v in confs.items():
+        cmd += ["--conf", f"{k}={v}"]
+    if jars:
+        cmd += ["--jars", jars]
+    cmd.append("spark-internal")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("SPARK_REMOTE", None)
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
+                                start_new_session=True)
+    server = ConnectServer(f"sc://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the Spark Connect server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        if "Spark Connect server started" in log.read_text(errors="replace"):
+            return server
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"the Spark Connect server did not start in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
