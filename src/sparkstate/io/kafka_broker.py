@@ -242,7 +242,9 @@ def start(timeout_s: float = 120.0) -> LocalKafka:
         cport = free_port()
     props = root / "server.properties"
     props.write_text(server_properties(port, cport, str(root / "data")), encoding="utf-8")
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # as Kafka's own ids: one starting with "-" reads as an option
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     base = [java, HEAP, "-Djava.awt.headless=true", "-cp", classpath]
     fmt = subprocess.run(base + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
                          capture_output=True, text=True, timeout=120)
