@@ -23,7 +23,8 @@ collect_ignore = [] if os.environ.get("SPARKSTATE_CONNECT_TESTS") else ["connect
 # ones fill in beside them, instead of a long tail at the end. Without xdist it is only an order;
 # it is the same in every worker, as xdist requires.
 LONG_FIRST = ("reliability", "slow")
-LONG_IDS = ("benchmarks/test_smoke.py::test_quick_run", "tests/test_shipping.py::test_state_function_from_a_pytest")
+LONG_IDS = ("benchmarks/test_smoke.py::test_quick_run", "tests/test_shipping.py::test_state_function_from_a_pytest",
+            "tests/test_connect.py::")
 
 
 def pytest_collection_modifyitems(config, items):

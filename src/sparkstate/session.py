@@ -114,7 +114,6 @@ def spark_session(
     app_name: str = "sparkstate",
     master: str | None = None,
     config: Mapping[str, str] | None = None,
-    *,
     remote: str | None = None,
 ) -> "SparkSession":
     """Return (or reuse) a SparkSession set up for keyed state.

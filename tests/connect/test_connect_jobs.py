@@ -1,0 +1,164 @@
+"""Jobs over Spark Connect: ``sparkstate run``/``state`` with ``--remote`` (and from the
+variable), every sink and dead-letter sink, and a client killed mid-run, against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from sparkstate.jobs import JobConfig, run_pipeline
+from sparkstate.synthetic import Session, generate_events, read_events, reference_sessions, write_events
+from tests.io.pg import postgres_server  # noqa: F401  (a session-scoped fixture)
+from tests.pipelines.test_sessionize_order import Landing
+
+GAP = "1 minute"
+MALFORMED = '{"user_id": "user-000", "event_time": "2024-01-01T00:00:01.000Z", "data": "/x"\n'
+
+
+def cli(*args: str, env: dict | None = None) -> str:
+    """``sparkstate ARGS`` in a process of its own (a client that starts no Spark); its output."""
+    done = subprocess.run([sys.executable, "-m", "sparkstate.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _final_watermark(metrics: Path) -> datetime:
+    last = [json.loads(line) for line in metrics.read_text().splitlines()][-1]["watermark"]
+    return datetime.fromisoformat(last.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def test_run_and_state_with_remote_restarted_exactly(spark, connect_url, tmp_path):
+    events = generate_events(300, users=6, seed=22)
+    files = write_events(events, tmp_path / "in", files=3)
+    first, later = files[:2], files[2:]
+    for f in later:  # held back until the restart
+        f.rename(tmp_path / f.name)
+    (tmp_path / "in" / "part-00009.json").write_text(MALFORMED)
+    out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "metrics.jsonl"
+    args = ["run", "sessionize", "--source", f"files:{tmp_path / 'in'}", "--format", "json",
+            "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--gap", GAP, "--time-mode", "event",
+            "--watermark", "0 seconds", "--once", "--metrics", str(metrics), "--no-progress"]
+    assert "caught up (--once)" in cli(*args, "--remote", connect_url)
+    for f in later:
+        (tmp_path / f.name).rename(tmp_path / "in" / f.name)
+    cli(*args, env={"SPARKSTATE_REMOTE": connect_url})  # the restart names the server by the variable
+    assert not (ck / "spark.log").exists()  # no Spark was started on this side
+
+    written = Counter(Session.from_row(r) for r in spark.read.parquet(str(out)).collect())
+    final = _final_watermark(metrics)
+    expected = Counter(reference_sessions(read_events(files), GAP, watermark=final))
+    assert written == expected and sum(written.values()) > 20
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("batch_id="))  # over Connect: a directory per batch
+    dead = spark.read.parquet(str(out / "_deadletter")).collect()
+    assert [(r.reason, r.raw) for r in dead] == [("not valid JSON", MALFORMED.rstrip("\n"))]
+
+    still_open = set(reference_sessions(read_events(files), GAP)) - set(expected)
+    shown = [json.loads(line) for line in cli("state", "show", str(ck), "--json", "--limit", "0",
+                                               "--remote", connect_url).splitlines()]
+    assert len(shown) == len({s.user_id for s in still_open}) > 0
+    assert f"keys: {len(shown)}" in cli("state", "stats", str(ck), env={"SPARKSTATE_REMOTE": connect_url})
+
+
+def _counts(words: list[str]) -> dict[str, int]:
+    return dict(Counter(words))
+
+
+def _last_counts(rows) -> dict[str, int]:
+    best: dict[str, int] = {}
+    for word, n in rows:
+        best[word] = max(best.get(word, 0), n)
+    return best
+
+
+@pytest.mark.timeout(900)
+def test_every_sink_and_dead_letter_sink(spark, tmp_path, postgres_server, kafka_broker):  # noqa: F811
+    import psycopg
+
+    from sparkstate.io.delta import read_delta
+
+    words = ["a", "b", "a", "c", "a", "b", "d"]
+    landing = Landing(tmp_path / "in")
+    landing.add([{"word": w} for w in words[:4]])
+    landing.add([{"word": w} for w in words[4:]])
+    (tmp_path / "in" / "zz-bad.json").write_text('{"word": 7\n')
+    want = _counts(words)
+    pg = postgres_server.url
+    topic = f"counts-{os.getpid()}"
+    kafka_broker.create_topic(topic, 1)
+    runs = {
+        "json": (f"json:{tmp_path / 'o_json'}", f"delta:{tmp_path / 'd_delta'}"),
+        "delta": (f"delta:{tmp_path / 'o_delta'}", f"postgres:{pg}/dead_letters"),
+        "postgres": (f"postgres:{pg}/word_counts", f"json:{tmp_path / 'd_json'}"),
+        "kafka": (f"kafka:{kafka_broker.bootstrap}/{topic}", f"parquet:{tmp_path / 'd_parquet'}"),
+    }
+    for name, (sink, dead) in runs.items():
+        result = run_pipeline(spark, JobConfig("running-count", source=f"files:{tmp_path / 'in'}", format="json",
+                                               sink=sink, deadletter=dead, checkpoint=str(tmp_path / f"ck_{name}"),
+                                               once=True, trigger="200 milliseconds"))
+        assert result.dead_letters == 1, name
+
+    assert _last_counts((r.word, r["count"]) for r in spark.read.json(str(tmp_path / "o_json")).collect()) == want
+    assert _last_counts(zip(*[read_delta(str(tmp_path / "o_delta")).column(c).to_pylist()
+                              for c in ("word", "count")])) == want
+    with psycopg.connect(pg) as conn:
+        assert _last_counts(conn.execute("SELECT word, count FROM word_counts").fetchall()) == want
+        assert [r[0] for r in conn.execute("SELECT reason FROM dead_letters").fetchall()] == [
+            "not valid JSON"]
+    messages = kafka_broker.consume_all(topic)
+    assert _last_counts((json.loads(m.value())["word"], json.loads(m.value())["count"]) for m in messages) == want
+    assert all(dict(m.headers())["sparkstate.query_id"] for m in messages)  # read from the checkpoint
+    for dead in ("d_json",):
+        assert [r.reason for r in spark.read.json(str(tmp_path / dead)).collect()] == ["not valid JSON"]
+    assert [r.reason for r in spark.read.parquet(str(tmp_path / "d_parquet")).collect()] == ["not valid JSON"]
+    assert read_delta(str(tmp_path / "d_delta")).column("reason").to_pylist() == ["not valid JSON"]
+
+
+def test_the_memory_sink_is_refused_in_one_line(spark, tmp_path):
+    from sparkstate.errors import ConfigError
+
+    (tmp_path / "in").mkdir()
+    with pytest.raises(ConfigError, match="over Spark Connect each batch is written on the server; use parquet:DIR"):
+        run_pipeline(spark, JobConfig("running-count", source=f"files:{tmp_path / 'in'}", format="json",
+                                      sink="memory:counts", deadletter=f"json:{tmp_path / 'dead'}",
+                                      checkpoint=str(tmp_path / 'ck'), once=True))
+
+
+def test_a_client_killed_mid_run_restarts_exactly(spark, connect_url, tmp_path):
+    landing = Landing(tmp_path / "in")
+    words = [f"w{i % 5}" for i in range(40)]
+    for i in range(0, 20, 5):
+        landing.add([{"word": w} for w in words[i:i + 5]])
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = ["run", "running-count", "--source", f"files:{landing.path}", "--format", "json",
+            "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--trigger", "300 milliseconds",
+            "--option", "maxFilesPerTrigger=1", "--remote", connect_url, "--no-progress"]
+    client = subprocess.Popen([sys.executable, "-m", "sparkstate.cli", *args], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (ck / "commits" / "1").exists():  # two micro-batches committed: the job is mid-run
+            assert client.poll() is None, client.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the job committed no second batch in 240 s"
+            time.sleep(0.2)
+        os.killpg(client.pid, signal.SIGKILL)
+        client.wait(30)
+    finally:
+        if client.poll() is None:
+            os.killpg(client.pid, signal.SIGKILL)
+    for i in range(20, 40, 5):  # more input while no client runs
+        landing.add([{"word": w} for w in words[i:i + 5]])
+    cli(*[a for a in args if not a.startswith("--option") and a != "maxFilesPerTrigger=1"], "--once")
+    rows = spark.read.parquet(str(out)).collect()
+    assert _last_counts((r.word, r["count"]) for r in rows) == _counts(words)
+    per_batch = Counter((r.batch_id, r.word) for r in rows)
+    assert set(per_batch.values()) == {1}  # no batch written twice
