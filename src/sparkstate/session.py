@@ -58,8 +58,15 @@ ROCKSDB_MEMORY: dict[str, tuple[str, str]] = {
 LOCAL_ONLY = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
 
 
+#: Defaults for local mode only: on a cluster its own (or Spark's) values stand. The shuffle
+#: partitions become a new checkpoint's state partitions, for good: on a cluster they are the
+#: cluster's choice, here the machine's cores.
+LOCAL_DEFAULTS = ("spark.sql.shuffle.partitions", "spark.ui.enabled", "spark.ui.showConsoleProgress")
+
+
 def default_config() -> dict[str, str]:
-    """The configuration :func:`spark_session` applies (before the caller's ``config``)."""
+    """The configuration :func:`spark_session` fills in where nobody set it (before the caller's
+    ``config``); the :data:`LOCAL_DEFAULTS` only in local mode."""
     cores = os.cpu_count() or 2
     cfg = {k: v for k, (v, _) in REQUIRED_SETTINGS.items()}
     cfg.update({k: v for k, (v, _) in ROCKSDB_MEMORY.items()})
@@ -119,8 +126,11 @@ def spark_session(
     """Return (or reuse) a SparkSession set up for keyed state.
 
     RocksDB state store with changelog checkpointing, RocksDB's memory bounded
-    (:data:`ROCKSDB_MEMORY`: 64 MB per executor), shuffle partitions = the machine's cores,
-    UTC session time zone, quiet logs. The state encoding stays Spark's default, so one query
+    (:data:`ROCKSDB_MEMORY`: 64 MB per executor), UTC session time zone, quiet logs; in local
+    mode also shuffle partitions = the machine's cores and no UI (:data:`LOCAL_DEFAULTS`). Each
+    only where nobody set it: what spark-submit ``--conf``, ``spark-defaults.conf`` or the
+    cluster configured stands. A session that is already running is reused as it is, with one
+    warning naming the settings that differ and why they matter. The state encoding stays Spark's default, so one query
     (and one session) may mix sparkstate operators with Spark's streaming aggregations,
     deduplication and joins, which refuse the Avro encoding. ``master=None`` means
     ``local[*]`` unless one is already configured (spark-submit). In local mode Spark's ports
@@ -147,21 +157,64 @@ def spark_session(
         # (PYSPARK_GATEWAY_PORT: started by spark-submit, whose --master is already in the JVM's conf)
         chosen = os.environ.get("SPARKSTATE_MASTER", "local[*]")
         builder = builder.config("spark.master", chosen)
-    settings = default_config()
-    if chosen is not None and chosen.startswith("local"):
-        settings.update(LOCAL_ONLY)
-    settings.update(config or {})
-    for k, v in settings.items():
+    defaults = default_config()
+    given = dict(config or {})
+    # Settings of the JVM itself go in before it starts, and only when sparkstate picks a local
+    # master (under spark-submit or on a cluster, its own values stand); the caller's go in always.
+    startup = {k: v for k, v in defaults.items() if not k.startswith("spark.sql.")} \
+        if chosen is not None and chosen.startswith("local") else {}
+    if startup:
+        startup.update(LOCAL_ONLY)
+    startup.update(given)
+    for k, v in startup.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    for k, v in settings.items():  # a reused session: apply the runtime-settable SQL settings
+    if active is None:
+        _fill_sql_defaults(spark, defaults, given)
+        spark.sparkContext.setLogLevel(os.environ.get("SPARKSTATE_SPARK_LOG_LEVEL", "ERROR"))
+    else:
+        _warn_about_differences(spark, defaults, given)
+    for k, v in given.items():  # the caller's settings win over all, on a reused session too
         if k.startswith("spark.sql.") and spark.conf.get(k, None) != v:
             try:
                 spark.conf.set(k, v)
             except Exception:  # static settings of an existing session cannot change
                 log.debug("could not set %s on the existing session", k)
-    spark.sparkContext.setLogLevel(os.environ.get("SPARKSTATE_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def _fill_sql_defaults(spark: "SparkSession", defaults: Mapping[str, str], given: Mapping[str, str]) -> None:
+    """Set each SQL default on a session sparkstate just started, unless it was configured where
+    Spark was launched (spark-submit ``--conf``, ``spark-defaults.conf``, the builder) or the
+    caller gives it; the :data:`LOCAL_DEFAULTS` only in local mode."""
+    launched = spark.sparkContext.getConf()
+    local = spark.sparkContext.master.startswith("local")
+    for k, v in defaults.items():
+        if not k.startswith("spark.sql.") or k in given or launched.contains(k):
+            continue
+        if k in LOCAL_DEFAULTS and not local:
+            continue
+        spark.conf.set(k, v)
+
+
+_warned: set[tuple[int, tuple[str, ...]]] = set()
+
+
+def _warn_about_differences(spark: "SparkSession", defaults: Mapping[str, str], given: Mapping[str, str]) -> None:
+    """An existing session is left as it is: warn (once for the same differences) about the
+    settings keyed state relies on that it has otherwise, with the reason each matters."""
+    reasons = {**{k: why for k, (_, why) in REQUIRED_SETTINGS.items()},
+               **{k: why for k, (_, why) in ROCKSDB_MEMORY.items()}}
+    differ = []
+    for k, why in reasons.items():
+        have, want = spark.conf.get(k, None), defaults[k]
+        if k not in given and (have is None or have.lower() != want.lower()):
+            differ.append(f"{k}={have} (sparkstate's default {want}: {why})")
+    if differ and (id(spark), tuple(differ)) not in _warned:
+        _warned.add((id(spark), tuple(differ)))
+        warnings.warn("sparkstate: spark_session() reuses the running session as it is, which has "
+                      + "; ".join(differ) + ". Pass them in config= to change them, or stop the session first.",
+                      stacklevel=3)
 
 
 def _connect_session(url: str, app_name: str, config: Mapping[str, str] | None) -> "SparkSession":
