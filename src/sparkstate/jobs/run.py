@@ -40,7 +40,7 @@ from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
 from ..io.sources import open_source, parse_source
 from ..io.writers import batch_writer, describe, file_layout
-from ..observe.listener import MetricsListener, OnBatch
+from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
 from ..session import is_connect
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from .config import JobConfig, source_options, with_absolute_paths
@@ -321,7 +321,7 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     tee = _tee(spark, job)
     _write_marker(config)
     listener = MetricsListener(config.metrics, on_batch)
-    spark.streams.addListener(listener)
+    add_listener(spark, listener)
     query = None
     try:
         query = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
@@ -334,7 +334,7 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
             if query is not None:
                 _stop(query, listener)
         finally:
-            spark.streams.removeListener(listener)
+            remove_listener(spark, listener)
             listener.close()
             # (not while an error propagates: the run failed, nothing will be reported)
             keys_left = _keys_in_state(spark, job.checkpoint) if sys.exc_info()[0] is None else None

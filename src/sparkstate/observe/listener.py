@@ -144,4 +144,45 @@ class MetricsListener(StreamingQueryListener):
         pass
 
 
-__all__ = ["MetricsListener", "OnBatch"]
+class _Anchor(StreamingQueryListener):
+    """A listener that does nothing, kept on a Spark Connect session for its whole life (see
+    :func:`remove_listener`)."""
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+_anchored: set[str] = set()
+
+
+def add_listener(spark: Any, listener: StreamingQueryListener) -> None:
+    """``spark.streams.addListener(listener)``; on a Spark Connect session, with an anchor first.
+
+    PySpark's Connect client stops its event thread when the last listener is removed, and
+    joins it while holding the lock that thread needs to deliver an event: a removal that meets
+    an arriving event hangs for good. A no-op listener added once per session keeps
+    :func:`remove_listener` from ever removing the last one.
+    """
+    from ..session import is_connect
+
+    if is_connect(spark) and spark.session_id not in _anchored:
+        spark.streams.addListener(_Anchor())
+        _anchored.add(spark.session_id)
+    spark.streams.addListener(listener)
+
+
+def remove_listener(spark: Any, listener: StreamingQueryListener) -> None:
+    """``spark.streams.removeListener(listener)`` (one added by :func:`add_listener`)."""
+    spark.streams.removeListener(listener)
+
+
+__all__ = ["MetricsListener", "OnBatch", "add_listener", "remove_listener"]
