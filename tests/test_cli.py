@@ -245,8 +245,6 @@ def test_bad_settings_are_refused_before_spark_starts(tmp_path, capsys):
     assert main(["run", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"config file {bad}: unknown setting 'sinks'; known settings: pipeline, source, sink," in err
-    assert main(["run", "sessionize", "--source", "files:in", "--initial-state", "x.parquet"]) == 2
-    assert "--initial-state applies to visited-pages only, not to sessionize" in capsys.readouterr().err
     assert main(["run", "sessionize", "--source", "nowhere:x"]) == 2
     assert "source 'nowhere:x': expected one of" in capsys.readouterr().err
 

@@ -61,8 +61,9 @@ def add_parser(sub: Any) -> None:
                      help=f"{of('emit_on_last')}, event time: write a session ending with an is_last event at once, not when"
                      " the watermark passes it (only correct for input in event-time order; default: off)")
     run.add_argument("--trigger", metavar="DURATION", help=f"micro-batch interval (default: {d.trigger})")
-    run.add_argument("--initial-state", metavar="PATH", help=f"{of('initial_state')}: Parquet or JSON of user_id,"
-                     " visited_pages to start from (json:PATH / parquet:PATH to say which)")
+    run.add_argument("--initial-state", metavar="PATH", help="the state a new checkpoint starts from: Parquet (as"
+                     " `sparkstate state export` writes it) or JSON lines of the key and state fields"
+                     " (visited-pages: user_id, visited_pages; json:PATH / parquet:PATH to say which)")
     run.add_argument("--metrics", metavar="FILE", help="append one JSON line per micro-batch to FILE")
     run.add_argument("--once", action=argparse.BooleanOptionalAction, default=None,
                      help="process what is available (and the timeouts it makes due), then stop")

@@ -178,7 +178,8 @@ def decoded_records(rows: "DataFrame", decode: Callable[[tuple], Any], key_schem
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        arrow_schema = to_arrow_schema(schema)
+        # timestamps as UTC instants (Arrow stores epoch microseconds whatever the zone)
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
         for batch in batches:
             out = [rec for row in zip(*(c.to_pylist() for c in batch.columns)) for rec in decode(row)]
             if out:

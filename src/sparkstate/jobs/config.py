@@ -40,7 +40,7 @@ ENV_PREFIX = "SPARKSTATE_"
 
 #: Pipeline settings that change what a job computes from its first record: given to a pipeline
 #: that does not read them, they are refused (the other pipeline settings are ignored, with a warning).
-REFUSED_ELSEWHERE = ("initial_state",)
+REFUSED_ELSEWHERE: tuple[str, ...] = ()
 
 
 def _owners(setting: str) -> list[str]:
@@ -55,7 +55,8 @@ class JobConfig:
     ``source``/``sink``/``deadletter`` are spec strings (:func:`sparkstate.io.sources.parse_source`,
     :func:`sparkstate.io.sinks.parse_sink`); ``deadletter=None`` means the sink's default
     (``DIR/_deadletter`` beside a file sink). ``gap``, ``time_mode`` and ``watermark`` are
-    sessionize's; ``initial_state`` (a Parquet or JSON path) is visited-pages'. ``once``: stop
+    sessionize's; ``initial_state`` (a Parquet or JSON path, e.g. what ``sparkstate state export``
+    wrote from another checkpoint) is the state every pipeline starts from on a new checkpoint. ``once``: stop
     when the input available at the start is processed. ``options`` go to the source's reader.
     ``master``: the Spark master URL (``spark://HOST:PORT``, ``local[2]``, ...) for a session the
     job starts itself (``None``: ``local[*]``, or what spark-submit configured). ``remote``: a

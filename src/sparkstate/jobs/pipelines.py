@@ -117,7 +117,8 @@ def _sessionize(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") ->
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,  # type: ignore[arg-type]
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
                       max_future_skew=cfg.max_future_skew if cfg.time_mode == "event" else None,
-                      checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last and cfg.time_mode == "event")
+                      checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last and cfg.time_mode == "event",
+                      initial_state=_initial(spark, cfg, None))
 
 
 def _engine(cfg: "JobConfig") -> str:
@@ -132,8 +133,11 @@ def _timed_out() -> list["Column"]:
 INITIAL_STATE_SCHEMA = f"user_id string, {PAGES_COLUMN} array<string>"
 
 
-def read_initial_state(spark: "SparkSession", path: str) -> "DataFrame":
-    """visited-pages' initial state from Parquet or JSON lines (``user_id``, ``visited_pages``).
+def read_initial_state(spark: "SparkSession", path: str, schema: str | None = INITIAL_STATE_SCHEMA) -> "DataFrame":
+    """A job's initial state from Parquet or JSON lines: by default visited-pages' (``user_id``,
+    ``visited_pages``); ``schema=None`` reads JSON with the schema Spark infers (the other
+    pipelines, whose operator casts each column to its state field's type). Parquet, as
+    ``sparkstate state export`` writes it, is read as it is.
 
     ``json:PATH`` / ``parquet:PATH`` say the format; otherwise ``.json``, ``.jsonl`` and
     ``.ndjson`` (a file, or a directory holding such files) are JSON, anything else Parquet.
@@ -157,15 +161,21 @@ def read_initial_state(spark: "SparkSession", path: str) -> "DataFrame":
             raise ConfigError(f"run: the initial state {path} does not exist")
     try:
         if fmt == "json":
-            return spark.read.schema(INITIAL_STATE_SCHEMA).json(target)
+            reader = spark.read.schema(schema) if schema else spark.read
+            return reader.json(target)
         return spark.read.parquet(target)
     except Exception as exc:
         raise ConfigError(f"run: cannot read the initial state {path} as {fmt}: {str(exc).splitlines()[0]}") from None
 
 
+def _initial(spark: "SparkSession", cfg: "JobConfig", schema: str | None) -> "DataFrame | None":
+    # The initial state applies when the checkpoint is new; the operator ignores it on a restart.
+    return read_initial_state(spark, cfg.initial_state, schema) if cfg.initial_state else None
+
+
 def _visited_pages(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") -> "DataFrame":
-    initial = read_initial_state(spark, cfg.initial_state) if cfg.initial_state else None
-    return visited_pages(events, initial_state=initial, engine=_engine(cfg), checkpoint=cfg.checkpoint)
+    return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg),
+                         checkpoint=cfg.checkpoint)
 
 
 #: The settings sessionize reads (the other pipelines ignore them).
@@ -183,16 +193,17 @@ JOB_PIPELINES: dict[str, JobPipeline] = {
         ),
         JobPipeline(
             "first-last-activity", "user string, timestamp timestamp, activity string", "update",
-            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg), checkpoint=cfg.checkpoint),
+            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg), checkpoint=cfg.checkpoint,
+                                                           initial_state=_initial(spark, cfg, None)),
             "spans emitted",
         ),
         JobPipeline(
             "running-count", "word string", "update",
-            lambda events, cfg, spark: running_count(events, engine=_engine(cfg), checkpoint=cfg.checkpoint),
+            lambda events, cfg, spark: running_count(events, engine=_engine(cfg), checkpoint=cfg.checkpoint,
+                                                     initial_state=_initial(spark, cfg, None)),
             "counts emitted",
         ),
-        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted",
-                    settings=("initial_state",)),
+        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted"),
     )
 }
 

@@ -101,6 +101,7 @@ class _FirstLast:
 def first_last_activity(
     events: DataFrame, key: str = "user", timestamp: str = "timestamp", activity: str = "activity",
     engine: str | Engine = DEFAULT_ENGINE, checkpoint: str | os.PathLike | None = None,
+    initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """Per ``key``, its current activity and when it started and was last seen (seed 001).
 
@@ -113,6 +114,10 @@ def first_last_activity(
 
     ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
     this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
+
+    ``initial_state``: the state to start from on a new checkpoint, as
+    :func:`sparkstate.state.export` writes it from another query's checkpoint (the key column
+    and the :class:`ActivitySpan` fields ``activity``, ``start``, ``end``).
 
     >>> import sparkstate as ss
     >>> from datetime import datetime
@@ -152,6 +157,7 @@ def first_last_activity(
     return map_groups_with_state(
         df, key=key, func=_FirstLast(), state_type=ActivitySpan, output_type=output,
         timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine, checkpoint=checkpoint,
+        initial_state=initial_state,
     )
 
 __all__ = ["ActivitySpan", "apply_event", "first_last_activity"]

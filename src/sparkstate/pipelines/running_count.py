@@ -41,7 +41,7 @@ class _Count:
 
 
 def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAULT_ENGINE,
-                  checkpoint: str | os.PathLike | None = None) -> DataFrame:
+                  checkpoint: str | os.PathLike | None = None, initial_state: DataFrame | None = None) -> DataFrame:
     """``key, count``: how many rows each ``key`` has had so far, after every micro-batch.
 
     One row per key and micro-batch in which the key had rows (output mode update); keys
@@ -49,6 +49,10 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAU
 
     ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
     this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
+
+    ``initial_state``: the state to start from on a new checkpoint, as
+    :func:`sparkstate.state.export` writes it from another query's checkpoint (the key column
+    and ``value``, the count).
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -70,6 +74,7 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAU
     return map_groups_with_state(
         df.select(key), key=key, func=_Count(), state_type=int, output_type=output,
         timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine, checkpoint=checkpoint,
+        initial_state=initial_state,
     )
 
 
