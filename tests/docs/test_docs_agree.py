@@ -1,0 +1,281 @@
+"""The docs agree with the code: every `sparkstate ...` flag, stated default, repository file,
+relative link and `make` target named in README.md and docs/*.md exists (pure Python, no Spark)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PACKAGE = ROOT / "src" / "sparkstate"
+
+
+def _rel(doc: Path) -> str:
+    return str(doc.relative_to(ROOT))
+
+
+def _code(text: str) -> list[str]:
+    """Every code span and fenced block of a markdown text, one string per line of code."""
+    fenced = [b.replace("\\\n", " ") for b in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.S | re.M)]
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    spans = re.findall(r"``?([^`]+)``?", prose)
+    return [line for block in fenced for line in block.splitlines()] + spans
+
+
+# --- the parser ------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def commands() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every (sub)command of ``sparkstate``, by its words: () is the top level."""
+    from sparkstate.cli import build_parser
+
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
+    def walk(words: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
+        found[words] = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(words + (name,), child)
+
+    walk((), build_parser())
+    return found
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {opt: a for a in parser._actions for opt in a.option_strings}
+
+
+def _command_of(words: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """The longest known command at the start of ``words``, and the words after it."""
+    known = commands()
+    n = 0
+    while n < len(words) and tuple(words[: n + 1]) in known:
+        n += 1
+    return tuple(words[:n]), words[n:]
+
+
+def cli_mentions() -> list[tuple[str, str, tuple[str, ...], str]]:
+    """(doc, the mention, command, flag) for each flag of a `sparkstate ...` mention in the docs."""
+    out = []
+    for doc in DOCS:
+        for code in _code(doc.read_text()):
+            for m in re.finditer(r"(?:^|[\s;&|(`$])sparkstate((?:\s+[^\s;&|)`]+)*)", code):
+                words = m.group(1).split()
+                command, rest = _command_of(words)
+                if not command:  # "sparkstate" as a package name, not a command line
+                    continue
+                for word in rest:
+                    if word.startswith("--"):
+                        out.append((_rel(doc), m.group(0).strip(), command, word.split("=", 1)[0]))
+    return out
+
+
+def test_the_docs_name_sparkstate_command_lines():
+    """The check below has something to check (a regex that stopped matching would pass it)."""
+    assert len({(c, f) for _, _, c, f in cli_mentions()}) >= 15
+
+
+def test_every_flag_of_a_sparkstate_command_line_in_the_docs_exists():
+    wrong = []
+    for doc, mention, command, flag in cli_mentions():
+        # "sparkstate state ... --remote": the flag of every subcommand of `state`
+        scope = [p for words, p in commands().items() if words[: len(command)] == command]
+        if "..." in mention.split():
+            scope = [p for words, p in commands().items() if words[: len(command)] == command and words != command]
+        if not all(flag in _flags(p) for p in scope) and flag not in _flags(commands()[()]):
+            wrong.append(f"{doc}: `sparkstate {' '.join(command)}` has no {flag} (in: {mention})")
+    assert not wrong, "\n".join(wrong)
+
+
+#: spark-submit's own flags, which the docs name next to ours.
+SPARK_SUBMIT_FLAGS = {"--conf", "--py-files", "--archives", "--packages", "--jars", "--master"}
+
+
+def _benchmark_flags() -> set[str]:
+    """The flags the benchmark scripts' argument parsers define."""
+    return {f for py in (ROOT / "benchmarks").glob("*.py")
+            for f in re.findall(r"add_argument\(\s*\"(--[a-z][a-z0-9-]*)\"", py.read_text())}
+
+
+def test_every_flag_named_on_its_own_in_the_docs_exists_somewhere():
+    """A code span starting with a flag (`--once`, `--steady`) in prose is a flag of sparkstate,
+    of a benchmark script or of spark-submit."""
+    known = set(_all_flags()) | _benchmark_flags() | SPARK_SUBMIT_FLAGS
+    wrong, checked = [], 0
+    for doc in DOCS:
+        prose = re.sub(r"^```[^\n]*\n.*?^```", "", doc.read_text(), flags=re.S | re.M)
+        for span in re.findall(r"`([^`]+)`", prose):
+            m = re.match(r"(--[a-z][a-z0-9-]*)", span)
+            if m:
+                checked += 1
+                if m.group(1) not in known:
+                    wrong.append(f"{_rel(doc)}: `{span}`: no such flag")
+    assert checked >= 30
+    assert not wrong, "\n".join(wrong)
+
+
+def _all_flags() -> dict[str, list[argparse.Action]]:
+    out: dict[str, list[argparse.Action]] = {}
+    for parser in commands().values():
+        for flag, action in _flags(parser).items():
+            out.setdefault(flag, []).append(action)
+    return out
+
+
+def _default_of(action: argparse.Action) -> str | None:
+    """The default a flag's help states ("default: X"), else argparse's own default."""
+    m = re.search(r"default:\s*([^;)]+)", action.help or "")
+    if m:
+        return m.group(1).strip()
+    return None if action.default in (None, argparse.SUPPRESS) else str(action.default)
+
+
+def _same_value(doc_value: str, code_value: str) -> bool:
+    from sparkstate.durations import to_ms
+
+    def norm(v: str) -> str:
+        return re.sub(r"(?<=\d),(?=\d{3})", "", v.strip().strip("`'\".").lower())
+
+    a, b = norm(doc_value), norm(code_value)
+    if a == b or b.startswith(a):
+        return True
+    try:
+        return to_ms(a.replace(" s", " seconds") if a.endswith(" s") else a) == to_ms(b)
+    except Exception:
+        return False
+
+
+_STATED_DEFAULTS = (
+    # "`--flag` ..., default: X" / "(`--flag`, default X)" / "(`--flag`, X by default"
+    re.compile(r"`(--[a-z][a-z0-9-]*)`[^.;`]*?,?\s*\(?(?:default[: ]\s*`?([\w.,:/ -]+?)`?[;,)]"
+               r"|`?([\w.,]+(?: [a-z]+)?)`? by default)"),
+    # "`--flag X`, the default"
+    re.compile(r"`(--[a-z][a-z0-9-]*) ([\w.:-]+)`, the default"),
+)
+
+
+def stated_defaults() -> list[tuple[str, str, str]]:
+    """(doc, flag, the default the doc states for it)."""
+    out = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for pattern in _STATED_DEFAULTS:
+            for m in pattern.finditer(text):
+                value = next(g for g in m.groups()[1:] if g)
+                out.append((_rel(doc), m.group(1), value.strip()))
+    return out
+
+
+def test_every_default_stated_for_a_sparkstate_flag_matches_the_code():
+    flags = _all_flags()
+    checked, wrong = 0, []
+    for doc, flag, value in stated_defaults():
+        if flag not in flags:  # another tool's flag (spark-submit, benchmarks): not ours to check
+            continue
+        defaults = [d for d in map(_default_of, flags[flag]) if d is not None]
+        if not defaults:
+            continue
+        checked += 1
+        if not any(_same_value(value, d) for d in defaults):
+            wrong.append(f"{doc}: {flag} is said to default to {value!r}; the code says {defaults}")
+    assert not wrong, "\n".join(wrong)
+    assert checked >= 3
+
+
+# --- files, links and make targets -----------------------------------------------------------
+
+_PATH = re.compile(r"(?<![\w./:-])((?:\.?[\w-]+/)*[\w-]+\.(?:py|md|toml|yml|yaml|cfg|ini|sh|txt))"
+                   r"(?![\w/])")
+_DIR = re.compile(r"^(?:src|tests|benchmarks|docs|\.ci)/[\w./-]*$")
+
+
+#: Directories the docs name that a run creates (each checked against the code that writes it).
+GENERATED = {"benchmarks/results/": ROOT / "benchmarks" / "months.py"}
+
+
+def _exists(name: str, doc: Path) -> bool:
+    if name in GENERATED:
+        return name.rstrip("/") in GENERATED[name].read_text()
+    name = name.split("::")[0].split(":")[0].rstrip("/")
+    return any((base / name).exists() for base in (ROOT, doc.parent, PACKAGE, ROOT / "src"))
+
+
+def file_mentions() -> list[tuple[Path, str]]:
+    """Repository files named in code spans: `path/to/file.py` (placeholders in CAPITALS aside)."""
+    out = []
+    for doc in DOCS:
+        for code in _code(doc.read_text()):
+            for word in code.split():
+                word = word.strip("(),;'\"")
+                if _DIR.match(word) or ("/" in word and _PATH.fullmatch(word.split(":")[0])):
+                    if re.search(r"[A-Z]{3,}|\*|\$|\{|<", word) or word.startswith(("s3a:", "http")):
+                        continue  # CHECKPOINT/spark.log, dirs/*.py, $VAR/...: not a file of the repo
+                    out.append((doc, word))
+    return out
+
+
+def test_every_repository_file_named_in_the_docs_exists():
+    mentions = file_mentions()
+    assert len(mentions) >= 30
+    missing = sorted({f"{_rel(doc)}: {name}" for doc, name in mentions if not _exists(name, doc)})
+    assert not missing, "\n".join(missing)
+
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors of a markdown file."""
+    text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)
+    out = set()
+    for title in re.findall(r"^#+\s+(.+?)\s*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.lower().replace("`", "")).replace(" ", "-")
+        base, n = slug, 1
+        while slug in out:
+            slug, n = f"{base}-{n}", n + 1
+        out.add(slug)
+    return out
+
+
+def test_every_relative_link_in_the_docs_leads_somewhere():
+    wrong, checked = [], 0
+    for doc in [*DOCS, ROOT / "CHANGELOG.md"]:
+        text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            checked += 1
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve() if path else doc
+            if not dest.exists():
+                wrong.append(f"{_rel(doc)}: link to {target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                wrong.append(f"{_rel(doc)}: link to {target}: no such heading in {dest.name}")
+    assert checked >= 20
+    assert not wrong, "\n".join(wrong)
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+def test_every_make_target_named_in_the_docs_exists():
+    named = [(doc, m) for doc in DOCS for code in _code(doc.read_text())
+             for m in re.findall(r"(?:^|[\s;&|(])make ([a-z][\w-]*)", code)]
+    assert len(named) >= 3
+    missing = [f"{_rel(doc)}: make {t}" for doc, t in named if t not in make_targets()]
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("text, ok", [("`sparkstate run --nope`", False), ("`sparkstate run --once`", True)])
+def test_the_flag_check_catches_a_wrong_flag(text, ok):
+    """The flag extraction on a made-up doc line (so that the check above can fail)."""
+    [code] = _code(text)
+    m = re.search(r"sparkstate((?:\s+[^\s;&|)`]+)*)", code)
+    command, rest = _command_of(m.group(1).split())
+    assert command == ("run",)
+    assert (rest[0] in _flags(commands()[command])) is ok
