@@ -279,3 +279,36 @@ def test_the_flag_check_catches_a_wrong_flag(text, ok):
     command, rest = _command_of(m.group(1).split())
     assert command == ("run",)
     assert (rest[0] in _flags(commands()[command])) is ok
+
+
+# --- figures: stated once (performance.md, "Figures at a glance"), never contradicted ---------
+
+_RATIO = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)x\b")
+_RATE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)K(?: events/s|\b)")
+
+
+def _figures(text: str) -> set[str]:
+    """Speed ratios (0.54x) and throughputs (179.7K events/s) in a text, ranges split ("3.7x to
+    14x", "28.0-29.9K")."""
+    text = re.sub(r"(\d+(?:\.\d+)?)-(?=\d+(?:\.\d+)?(K|x)\b)", r"\1\2 ", text)  # 28.0-29.9K -> 28.0K 29.9K
+    text = re.sub(r"(\d+(?:\.\d+)?) to (?=\d+(?:\.\d+)?x\b)", r"\1x ", text)  # 4 to 14x -> 4x 14x
+    return {m + "x" for m in _RATIO.findall(text)} | {m + "K" for m in _RATE.findall(text)}
+
+
+def test_speed_figures_outside_performance_md_are_those_of_its_table():
+    """README and the guides quote speed ratios and events/s only as "Figures at a glance" states
+    them (reliability.md and performance.md hold the runs themselves)."""
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    glance = perf.split("## Figures at a glance", 1)[1].split("\n## ", 1)[0]
+    stated = _figures(glance)
+    assert {"0.54x", "14x", "179.7K", "331.0K"} <= stated
+    wrong = []
+    for doc in DOCS:
+        if doc.name in ("performance.md", "reliability.md"):
+            continue
+        prose = re.sub(r"^```[^\n]*\n.*?^```", "", doc.read_text(), flags=re.S | re.M)
+        for line in prose.splitlines():
+            if re.search(r"events/s|[Jj]ava|PySpark|faster|slower|speed", line):
+                for figure in sorted(_figures(line) - stated):
+                    wrong.append(f"{_rel(doc)}: {figure} is not in performance.md's Figures at a glance: {line.strip()}")
+    assert not wrong, "\n".join(wrong)
