@@ -193,7 +193,7 @@ def test_every_default_stated_for_a_sparkstate_flag_matches_the_code():
 
 # --- files, links and make targets -----------------------------------------------------------
 
-_PATH = re.compile(r"(?<![\w./:-])((?:\.?[\w-]+/)*[\w-]+\.(?:py|md|toml|yml|yaml|cfg|ini|sh|txt))"
+_PATH = re.compile(r"(?<![\w./:-])((?:\.?[\w-]+/)*[\w-]+\.(?:py|md|toml|yml|yaml|cfg|ini|sh|txt|json|png|csv))"
                    r"(?![\w/])")
 _DIR = re.compile(r"^(?:src|tests|benchmarks|docs|\.ci)/[\w./-]*$")
 
@@ -203,10 +203,24 @@ GENERATED = {"benchmarks/results/": ROOT / "benchmarks" / "months.py"}
 
 
 def _exists(name: str, doc: Path) -> bool:
+    """Whether a file (or `file.py:function`, `test.py::test`) the docs name is in the repo."""
     if name in GENERATED:
         return name.rstrip("/") in GENERATED[name].read_text()
-    name = name.split("::")[0].split(":")[0].rstrip("/")
-    return any((base / name).exists() for base in (ROOT, doc.parent, PACKAGE, ROOT / "src"))
+    path, _, attr = name.replace("::", ":").partition(":")
+    for base in (ROOT, doc.parent, PACKAGE, ROOT / "src"):
+        found = base / path.rstrip("/")
+        if found.exists():
+            return not attr or re.search(rf"^\s*(?:def|class|async def) {re.escape(attr)}\b|^{re.escape(attr)}\s*[:=]",
+                                         found.read_text(), re.M) is not None
+    return False
+
+
+def _placeholder(word: str) -> bool:
+    """A path standing for the user's (CK/_sparkstate_job.json, OUT/spark.log, months-STAMP, *.py)."""
+    if re.search(r"[*$<{]", word):
+        return True
+    words = re.findall(r"[A-Z]{2,}", word)
+    return any(w not in ("README", "CHANGELOG", "LICENSE") for w in words)
 
 
 def file_mentions() -> list[tuple[Path, str]]:
@@ -217,7 +231,7 @@ def file_mentions() -> list[tuple[Path, str]]:
             for word in code.split():
                 word = word.strip("(),;'\"")
                 if _DIR.match(word) or ("/" in word and _PATH.fullmatch(word.split(":")[0])):
-                    if re.search(r"[A-Z]{3,}|\*|\$|\{|<", word) or word.startswith(("s3a:", "http")):
+                    if _placeholder(word) or word.startswith(("s3a:", "http")):
                         continue  # CHECKPOINT/spark.log, dirs/*.py, $VAR/...: not a file of the repo
                     out.append((doc, word))
     return out
