@@ -44,12 +44,13 @@ TEST_TIMEOUT_S = 1500
 WAIT_S = 600.0  # for one condition, on a crowded machine
 
 
-def _wait(what: str, cond, timeout_s: float = WAIT_S, poll_s: float = 0.02, alive=None) -> None:
-    """Poll ``cond`` until true; fail naming ``what`` after ``timeout_s`` (or when ``alive()`` turns false)."""
+def _wait(what: str, cond, timeout_s: float = WAIT_S, poll_s: float = 0.02, jobs=()) -> None:
+    """Poll ``cond`` until true; fail naming ``what`` after ``timeout_s`` (or when one of ``jobs`` ends)."""
     deadline = time.monotonic() + timeout_s
     while not cond():
-        if alive is not None and not alive():
-            raise AssertionError(f"the job ended before: {what}")
+        for job in jobs:
+            if not job.alive():
+                raise AssertionError(f"the job ended ({job.error!r}) before: {what}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for: {what}")
         time.sleep(poll_s)
@@ -143,14 +144,15 @@ def test_kafka_broker_killed_mid_run_into_delta_and_postgres(kafka_spark, kafka_
     table = "fault_kafka_sessions"
     postgres_server.execute(f"DROP TABLE IF EXISTS {table}")
     configs = {
-        "delta": _config(source, f"delta:{tmp_path / 'sessions'}", tmp_path / "ck-delta", options=options),
+        "delta": _config(source, f"delta:{tmp_path / 'sessions'}", tmp_path / "ck-delta", options=options,
+                         query_name="fault_kafka_delta"),
         "postgres": _config(source, f"postgres:{postgres_server.url}/{table}", tmp_path / "ck-pg",
-                            deadletter=f"parquet:{tmp_path / 'dead-pg'}", options=options),
+                            deadletter=f"parquet:{tmp_path / 'dead-pg'}", options=options, query_name="fault_kafka_pg"),
     }
     cks = {name: Checkpoint(Path(c.checkpoint)) for name, c in configs.items()}
     jobs = {name: JobThread(spark, c) for name, c in configs.items()}
     _wait("both jobs committing batch 1", lambda: all(ck.committed(1) for ck in cks.values()),
-          alive=lambda: all(j.alive() for j in jobs.values()))
+          jobs=jobs.values())
     kafka_broker.kill()
     killed_at = {name: ck.last_committed() for name, ck in cks.items()}
     outage = time.monotonic()
@@ -206,14 +208,14 @@ def test_postgres_crash_in_the_middle_of_a_batch_write(spark, clicks, tmp_path):
         batches_of = lambda: server.query(  # noqa: E731
             "SELECT count(*) FROM sparkstate_sink_batches WHERE sink_id LIKE %s", (f"{table}@%",))[0][0]
         _wait("a batch in the table", lambda: _has_table(server, "sparkstate_sink_batches") and batches_of() > 0,
-              poll_s=0.1, alive=job.alive)
+              poll_s=0.1, jobs=[job])
         locker = server.connect()
         locker.autocommit = False
         locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         waiting = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active'"
                    " AND query LIKE 'COPY%%'")
         _wait("the job's COPY waiting on the lock", lambda: server.query(waiting)[0][0] > 0, poll_s=0.1,
-              alive=job.alive)
+              jobs=[job])
         in_flight = server.query("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
                                  " WHERE a.query LIKE 'COPY%%' AND l.locktype = 'transactionid'")[0][0]
         assert in_flight > 0  # the batch's transaction holds its id: its batch row is inserted, not committed
@@ -318,7 +320,7 @@ def test_checkpoint_disk_fills_up(spark, clicks, small_disk, tmp_path):
     out = tmp_path / "sessions"
     config = _config(f"files:{source}", f"parquet:{out}", ck.path, options={"maxFilesPerTrigger": "1"})
     job = JobThread(spark, config)
-    _wait("batch 1 committed", lambda: ck.committed(1), alive=job.alive)
+    _wait("batch 1 committed", lambda: ck.committed(1), jobs=[job])
     ballast = _fill(small_disk)
     job.join()
     line = _one_line_failure(job)
