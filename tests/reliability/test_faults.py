@@ -159,6 +159,7 @@ def test_kafka_broker_killed_mid_run_into_delta_and_postgres(kafka_spark, kafka_
     kafka_broker.restart()
     kafka_broker.wait_for_leaders(topic)
     outage = time.monotonic() - outage
+    during = {name: ck.last_committed() for name, ck in cks.items()}  # batches that committed while it was down
     did = {}
     for name, job in jobs.items():
         job.join()
@@ -169,15 +170,17 @@ def test_kafka_broker_killed_mid_run_into_delta_and_postgres(kafka_spark, kafka_
         again = JobThread(spark, configs[name])  # the restart, on the same checkpoint
         again.join()
         assert again.error is None, f"{name}: the restart failed: {again.error}"
-    print(f"\nbroker outage {outage:.0f} s; killed after batches {killed_at}; the jobs: {did}")
+    print(f"\nbroker outage {outage:.0f} s; killed after batches {killed_at}, last committed when it was back"
+          f" {during}; the jobs: {did}")
     assert all(n < 15 for n in killed_at.values())  # 800 offsets, 50 a batch: killed mid-run
 
     sessions = _assert_exact(records, cks["delta"], [Session.from_row(r) for r in read_delta(str(tmp_path / "sessions")).to_pylist()],
                              [r["raw"] for r in read_delta(str(tmp_path / "sessions" / "_deadletter")).to_pylist()])
     assert sessions > 100
     dead = spark.read.parquet(str(tmp_path / "dead-pg")).collect()
-    _assert_exact(records, cks["postgres"], _pg_rows(postgres_server, table), [r.raw for r in dead])
+    assert _assert_exact(records, cks["postgres"], _pg_rows(postgres_server, table), [r.raw for r in dead]) == sessions
     _pg_batches_once(postgres_server, table)
+    print(f"{sessions} sessions exact in Delta and in PostgreSQL; {len(dead)} dead letters each")
 
 
 # --- 3. PostgreSQL crashes in the middle of a batch write -------------------------------------
@@ -232,8 +235,10 @@ def test_postgres_crash_in_the_middle_of_a_batch_write(spark, clicks, tmp_path):
         assert again.error is None, f"the restart failed: {again.error}"
         print(f"\npostgres crash: {committed_before} batches committed before it; the job: {line}")
         dead = spark.read.parquet(str(tmp_path / "dead")).collect()
-        assert _assert_exact(records, ck, _pg_rows(server, table), [r.raw for r in dead]) > 100
+        sessions = _assert_exact(records, ck, _pg_rows(server, table), [r.raw for r in dead])
+        assert sessions > 100
         _pg_batches_once(server, table)
+        print(f"{sessions} sessions exact, {len(dead)} dead letters; {batches_of()} batches committed in all")
     finally:
         server.stop()
 
@@ -334,6 +339,9 @@ def test_checkpoint_disk_fills_up(spark, clicks, small_disk, tmp_path):
     print(f"\ndisk full: the job stopped after batch {stopped_at}: {line}")
     written = [Session.from_row(r) for r in spark.read.parquet(str(out)).collect()]
     dead = [r.raw for r in spark.read.parquet(str(out / "_deadletter")).collect()]
-    assert _assert_exact(records, ck, written, dead) > 100
-    assert _state_files_sound(ck.path) > 0
+    sessions = _assert_exact(records, ck, written, dead)
+    assert sessions > 100
+    checked = _state_files_sound(ck.path)
+    assert checked > 0
     assert keys(spark, ck.path) is not None
+    print(f"{sessions} sessions exact, {len(dead)} dead letters; {checked} state files read whole")
