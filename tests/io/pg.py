@@ -114,7 +114,8 @@ class PgServer:
             raise RuntimeError(f"pg_ctl stop -m immediate failed: {res.stdout}{res.stderr}")
 
     def start(self) -> None:
-        """Start the server again (same port and data) after :meth:`stop` or :meth:`crash`; return once it accepts connections."""
+        """Start the server again (same port and data) after :meth:`stop` or :meth:`crash`; return once it
+        accepts connections."""
         res = subprocess.run(self._run_as + [str(self._bin / "pg_ctl"), "-D", str(self.datadir), "-l",
                                              str(self.datadir.parent / "server.log"), "-o", self._opts, "-w", "-t",
                                              "120", "start"], capture_output=True, text=True, timeout=180)

@@ -174,8 +174,10 @@ def test_kafka_broker_killed_mid_run_into_delta_and_postgres(kafka_spark, kafka_
           f" {during}; the jobs: {did}")
     assert all(n < 15 for n in killed_at.values())  # 800 offsets, 50 a batch: killed mid-run
 
-    sessions = _assert_exact(records, cks["delta"], [Session.from_row(r) for r in read_delta(str(tmp_path / "sessions")).to_pylist()],
-                             [r["raw"] for r in read_delta(str(tmp_path / "sessions" / "_deadletter")).to_pylist()])
+    delta_rows = read_delta(str(tmp_path / "sessions")).to_pylist()
+    delta_dead = read_delta(str(tmp_path / "sessions" / "_deadletter")).to_pylist()
+    sessions = _assert_exact(records, cks["delta"], [Session.from_row(r) for r in delta_rows],
+                             [r["raw"] for r in delta_dead])
     assert sessions > 100
     dead = spark.read.parquet(str(tmp_path / "dead-pg")).collect()
     assert _assert_exact(records, cks["postgres"], _pg_rows(postgres_server, table), [r.raw for r in dead]) == sessions

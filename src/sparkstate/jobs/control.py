@@ -43,7 +43,8 @@ def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | No
     >>> class Failed:
     ...     isActive = False
     ...     def exception(self):
-    ...         return "[STREAM_FAILED] Query [id = 1] terminated with exception: java.io.IOException: No space left on device"
+    ...         return ("[STREAM_FAILED] Query [id = 1] terminated with exception:"
+    ...                 " java.io.IOException: No space left on device")
     >>> print(failure(Failed()))  # doctest: +NORMALIZE_WHITESPACE
     the query stopped: No space left on device: a disk it writes to is full (its checkpoint, a file sink, or Spark's
     local directory). Free space and run the job again: it goes on from its last committed batch.
