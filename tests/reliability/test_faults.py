@@ -326,6 +326,11 @@ def test_checkpoint_disk_fills_up(spark, clicks, small_disk, tmp_path):
     ck = Checkpoint(small_disk / "ck")
     out = tmp_path / "sessions"
     config = _config(f"files:{source}", f"parquet:{out}", ck.path, options={"maxFilesPerTrigger": "1"})
+    ballast = _fill(small_disk)  # full before the first run: it stops with one line, nothing half-written
+    with pytest.raises(JobFailedError, match="No space left on device") as before:
+        run_pipeline(spark, config)
+    assert "\n" not in str(before.value) and not any(ck.path.glob("*.json"))
+    ballast.unlink()
     job = JobThread(spark, config)
     _wait("batch 1 committed", lambda: ck.committed(1), jobs=[job])
     ballast = _fill(small_disk)

@@ -46,7 +46,7 @@ def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | No
     ...         return ("[STREAM_FAILED] Query [id = 1] terminated with exception:"
     ...                 " java.io.IOException: No space left on device")
     >>> print(failure(Failed()))  # doctest: +NORMALIZE_WHITESPACE
-    the query stopped: No space left on device: a disk it writes to is full (its checkpoint, a file sink, or Spark's
+    the query stopped: No space left on device: a disk it writes to is full (its checkpoint, a sink, or Spark's
     local directory). Free space and run the job again: it goes on from its last committed batch.
     """
     if query.isActive:
@@ -57,7 +57,7 @@ def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | No
     text = str(exc)
     full = next((m for m in DISK_FULL if m in text), None)
     if full is not None:
-        return JobFailedError(f"the {what} stopped: {full}: a disk it writes to is full (its checkpoint, a file sink,"
+        return JobFailedError(f"the {what} stopped: {full}: a disk it writes to is full (its checkpoint, a sink,"
                               " or Spark's local directory). Free space and run the job again: it goes on from its last"
                               " committed batch.")
     return JobFailedError(f"the {what} stopped with an error: {explain(exc)}")
