@@ -60,5 +60,8 @@ bench-loop: $(STAMP)
 
 # Soak run (benchmarks/soak.py): sessionize on the generator at a fixed rate for 10 minutes; exits 1
 # unless batch duration and state stay flat. SOAK_ARGS="--minutes 2 --rate 300" to change it.
+# SOAK=long: 30 minutes, 50,000 users at 2,000 events/s, at spark_session()'s own 64 MB RocksDB
+# bound (benchmarks/soak.py PRESETS; on a quiet machine).
+SOAK ?=
 soak: $(STAMP)
-	$(PY) -m benchmarks.soak $(SOAK_ARGS)
+	$(PY) -m benchmarks.soak $(if $(SOAK),--preset $(SOAK)) $(SOAK_ARGS)

@@ -1145,6 +1145,15 @@ def _save(fig: Any, path: Path) -> Path:
 
 # --- command line ------------------------------------------------------------------------------
 
+#: Named sets of settings (``--preset NAME``; flags given beside it win). ``long``: the soak at
+#: :func:`sparkstate.spark_session`'s own RocksDB bound (64 MB), with state large enough to fill it
+#: within minutes: 50,000 users at 2,000 events/s for 30 minutes (``make soak SOAK=long``). Give it a
+#: quiet machine: on a shared one the batch-time check measures the neighbours.
+PRESETS: dict[str, dict[str, Any]] = {
+    "long": {"minutes": 30.0, "rate": 2000.0, "users": 50_000, "rocksdb_memory_mb": 0, "state_every": 120.0},
+}
+
+
 def parser() -> argparse.ArgumentParser:
     d = SoakConfig()
     t = Tolerances()
@@ -1154,6 +1163,8 @@ def parser() -> argparse.ArgumentParser:
                     " duration and state stay flat and that expired state goes away (exit 1 if not).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    p.add_argument("--preset", choices=sorted(PRESETS), help="a named set of the settings below (flags given beside"
+                   " it win): long = " + " ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in PRESETS["long"].items()))
     p.add_argument("--minutes", type=float, default=d.minutes, help="how long the job runs after its first batch")
     p.add_argument("--rate", type=float, default=d.rate, help="generator events per second")
     p.add_argument("--users", type=int, default=d.users, help="generator users (= keys)")
@@ -1193,11 +1204,25 @@ def _table(summary: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, a ``--preset``'s settings under the flags given.
+
+    >>> a = parse_args(["--preset", "long", "--minutes", "5"])
+    >>> a.minutes, a.users, a.rate, a.rocksdb_memory_mb
+    (5.0, 50000, 2000.0, 0)
+    """
+    p = parser()
+    preset = p.parse_args(argv).preset
+    if preset is not None:
+        p.set_defaults(**PRESETS[preset])
+    return p.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .run import machine, spark_output_to
     from .runner import start_session
 
-    args = parser().parse_args(argv)
+    args = parse_args(argv)
     if args.levels is not None:
         print(json.dumps(relevel(args.levels), indent=2))
         return 0

@@ -77,6 +77,7 @@ class PgServer:
     datadir: Path
     _run_as: list[str] = field(repr=False)
     _bin: Path = field(repr=False)
+    _opts: str = field(default="", repr=False)
 
     @property
     def url(self) -> str:
@@ -103,6 +104,23 @@ class PgServer:
     def stop(self) -> None:
         subprocess.run(self._run_as + [str(self._bin / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"],
                        capture_output=True, timeout=60)
+
+    def crash(self) -> None:
+        """Stop the server the hard way (``-m immediate``: no shutdown checkpoint; transactions in flight
+        are lost and the next start runs crash recovery), as a killed server would."""
+        res = subprocess.run(self._run_as + [str(self._bin / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate",
+                                             "-w", "stop"], capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop -m immediate failed: {res.stdout}{res.stderr}")
+
+    def start(self) -> None:
+        """Start the server again (same port and data) after :meth:`stop` or :meth:`crash`; return once it
+        accepts connections."""
+        res = subprocess.run(self._run_as + [str(self._bin / "pg_ctl"), "-D", str(self.datadir), "-l",
+                                             str(self.datadir.parent / "server.log"), "-o", self._opts, "-w", "-t",
+                                             "120", "start"], capture_output=True, text=True, timeout=180)
+        if res.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed: {res.stdout}{res.stderr}")
 
 
 def start_server() -> PgServer:
@@ -150,7 +168,7 @@ def start_server() -> PgServer:
                          autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {user} LOGIN PASSWORD '{password}'")
         conn.execute(f"CREATE DATABASE {dbname} OWNER {user}")
-    return PgServer("127.0.0.1", port, dbname, user, password, datadir, run_as, pg_bin)
+    return PgServer("127.0.0.1", port, dbname, user, password, datadir, run_as, pg_bin, opts)
 
 
 @pytest.fixture(scope="session")

@@ -63,12 +63,17 @@ def server_properties(port: int, controller_port: int, log_dir: str) -> str:
 
 
 class LocalKafka:
-    """A running broker: ``bootstrap`` is ``127.0.0.1:PORT``. Use as a context manager, or call :meth:`stop`."""
+    """A running broker: ``bootstrap`` is ``127.0.0.1:PORT``. Use as a context manager, or call :meth:`stop`.
 
-    def __init__(self, root: Path, proc: subprocess.Popen, port: int) -> None:
+    :meth:`kill` and :meth:`restart` make an outage (a SIGKILL, then the same broker again on the
+    same ports and log directory), for the tests of a job that outlives its broker.
+    """
+
+    def __init__(self, root: Path, proc: subprocess.Popen, port: int, command: list[str] | None = None) -> None:
         self.root = root
         self.proc = proc
         self.port = port
+        self.command = command  # how the broker was started (to start it again)
 
     @property
     def bootstrap(self) -> str:
@@ -99,6 +104,40 @@ class LocalKafka:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: nothing is flushed or handed over); its data stays for :meth:`restart`."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(30)
+
+    def restart(self, timeout_s: float = 180.0) -> None:
+        """Start the broker again on its log directory and ports (after :meth:`kill`); return once it
+        answers metadata requests. Recovering the log after a SIGKILL takes it some seconds."""
+        if self.proc.poll() is None:
+            raise RuntimeError("the Kafka broker is running; kill() it first")
+        if self.command is None:
+            raise RuntimeError("this broker was not started by sparkstate.io.kafka_broker.start()")
+        self.proc = _launch(self.command, self.root)
+        _wait_ready(self, timeout_s, stop_on_failure=False)
+
+    def wait_for_leaders(self, topic: str, timeout_s: float = 120.0) -> None:
+        """Wait until every partition of ``topic`` has a leader again (after a restart)."""
+        admin = self.admin()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                md = admin.list_topics(topic, timeout=5).topics.get(topic)
+            except Exception:  # the broker is still starting
+                md = None
+            if md is not None and md.error is None and md.partitions \
+                    and all(p.leader >= 0 for p in md.partitions.values()):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"topic {topic}: partitions have no leader {timeout_s:.0f} s after the restart")
 
     # --- helpers for producers and topics (need confluent-kafka: the `kafka` extra) ---------
 
@@ -251,23 +290,34 @@ def start(timeout_s: float = 120.0) -> LocalKafka:
     if fmt.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         raise RuntimeError(f"formatting the Kafka log directory failed:\n{fmt.stdout}\n{fmt.stderr}")
-    log = open(root / "broker.log", "wb")
-    proc = subprocess.Popen(base + ["kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
-    log.close()
-    broker = LocalKafka(root, proc, port)
-    deadline = time.monotonic() + timeout_s
-    while not _ready(port):
-        if proc.poll() is not None:
-            tail = broker.log_tail()
-            broker.stop()
-            raise RuntimeError(f"the Kafka broker exited with {proc.returncode}:\n{tail}")
-        if time.monotonic() > deadline:
-            tail = broker.log_tail()
-            broker.stop()
-            raise RuntimeError(f"the Kafka broker did not answer within {timeout_s:.0f} s:\n{tail}")
-        time.sleep(0.2)
+    command = base + ["kafka.Kafka", str(props)]
+    broker = LocalKafka(root, _launch(command, root), port, command)
+    _wait_ready(broker, timeout_s, stop_on_failure=True)
     return broker
+
+
+def _launch(command: list[str], root: Path) -> subprocess.Popen:
+    with open(root / "broker.log", "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def _wait_ready(broker: LocalKafka, timeout_s: float, *, stop_on_failure: bool) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not _ready(broker.port):
+        failed = None
+        if broker.proc.poll() is not None:
+            failed = f"the Kafka broker exited with {broker.proc.returncode}"
+        elif time.monotonic() > deadline:
+            failed = f"the Kafka broker did not answer within {timeout_s:.0f} s"
+        if failed:
+            tail = broker.log_tail()
+            if stop_on_failure:
+                broker.stop()
+            else:
+                broker.kill()
+            raise RuntimeError(f"{failed}:\n{tail}")
+        time.sleep(0.2)
 
 
 __all__ = ["LocalKafka", "free_port", "server_properties", "start"]

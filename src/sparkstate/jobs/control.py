@@ -30,13 +30,36 @@ if TYPE_CHECKING:
 STARTING_PREFIX = "Initializing"
 
 
+#: What the OS says, through Java or Python, when a write finds its filesystem full.
+DISK_FULL = ("No space left on device", "Disk quota exceeded")
+
+
 def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | None:
-    """The error of a query that stopped on one, else ``None``."""
+    """The error of a query that stopped on one, else ``None``.
+
+    A full disk gets a line of its own: Spark reports it as a bare ``IOException`` from whatever
+    was writing (the checkpoint's logs or state, a file sink, Spark's local directory).
+
+    >>> class Failed:
+    ...     isActive = False
+    ...     def exception(self):
+    ...         return ("[STREAM_FAILED] Query [id = 1] terminated with exception:"
+    ...                 " java.io.IOException: No space left on device")
+    >>> print(failure(Failed()))  # doctest: +NORMALIZE_WHITESPACE
+    the query stopped: No space left on device: a disk it writes to is full (its checkpoint, a sink, or Spark's
+    local directory). Free space and run the job again: it goes on from its last committed batch.
+    """
     if query.isActive:
         return None
     exc = query.exception()
     if exc is None:
         return None
+    text = str(exc)
+    full = next((m for m in DISK_FULL if m in text), None)
+    if full is not None:
+        return JobFailedError(f"the {what} stopped: {full}: a disk it writes to is full (its checkpoint, a sink,"
+                              " or Spark's local directory). Free space and run the job again: it goes on from its last"
+                              " committed batch.")
     return JobFailedError(f"the {what} stopped with an error: {explain(exc)}")
 
 

@@ -22,6 +22,7 @@ rows out, dead letters, late events), so they are exact whatever the sink.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import shutil
@@ -35,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..durations import positive_ms
-from ..errors import ConfigError, StateSchemaError
+from ..errors import ConfigError, JobFailedError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
 from ..io.sources import open_source, parse_source
@@ -155,10 +156,15 @@ def _write_marker(config: JobConfig) -> None:
     path = ck / JOB_MARKER
     if path.exists():
         return
-    ck.mkdir(parents=True, exist_ok=True)
     tmp = ck / f".{JOB_MARKER}.tmp"
-    tmp.write_text(json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        ck.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        full = " (its disk is full: free space and run the job again)" if exc.errno == errno.ENOSPC else ""
+        raise JobFailedError(f"run: cannot write {path}: {exc.strerror or exc}{full}") from None
 
 
 # --- the one query -------------------------------------------------------------------------------
