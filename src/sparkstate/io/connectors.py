@@ -11,7 +11,7 @@ Three groups of jars, each named by Maven coordinates:
 Which connector goes with which pyspark comes from one table, :data:`PYSPARK_VERSIONS`, keyed by
 pyspark minor: the supported minors, the patch release of each that the test suite runs (the
 main suite on :data:`MAIN_MINOR`, a core subset on the others), and the Kafka connector release
-to use with it, the newest Maven Central serves for that minor. pyspark 4.3 has no connector
+to use with it, the newest of that minor Maven resolves from Maven Central. pyspark 4.3 has no connector
 release on Maven Central; the 4.2.0 connector was measured to work with pyspark 4.3.0 (the
 whole Kafka test suite runs on it), so the table maps 4.3 to it.
 
@@ -23,7 +23,7 @@ and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
 >>> kafka_package("4.3.0")
 'org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0'
 >>> kafka_package("4.1.4")
-'org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3'
+'org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1'
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ SCALA = "2.13"
 #: Spark's Kafka connector, without its version (:func:`kafka_package` adds it).
 SPARK_KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}"
 #: Supported pyspark minor -> (the patch release the tests run, the Kafka connector release to use).
-#: The connector is the newest release Maven Central serves for that minor (4.3 has none: 4.2.0,
+#: The connector is the newest release of that minor whose dependencies all resolve from Maven
+#: Central (4.1.2 and 4.1.3 lack their spark-token-provider-kafka; 4.3 has none at all: 4.2.0,
 #: measured to work with pyspark 4.3.0). The one table behind ``make kafka``, ``sparkstate run``,
 #: the missing-connector error, pyproject's pyspark bounds and the version matrix in the tests.
 PYSPARK_VERSIONS: dict[str, tuple[str, str]] = {
-    "4.1": ("4.1.4", "4.1.3"),
+    "4.1": ("4.1.4", "4.1.1"),
     "4.2": ("4.2.1", "4.2.0"),
     "4.3": ("4.3.0", "4.2.0"),
 }
