@@ -10,10 +10,32 @@ from sparkstate.errors import ConfigError
 from sparkstate.io import connectors
 
 
-def test_the_connector_follows_pyspark_unless_maven_central_lacks_it():
-    assert connectors.kafka_package("4.1.1") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+def test_the_connector_comes_from_the_one_table_of_supported_versions():
+    assert connectors.kafka_package("4.1.4") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
+    assert connectors.kafka_package("4.2.1") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+    # pyspark 4.3 has no connector of its own on Maven Central: 4.2.0, which the Kafka tests run on
     assert connectors.kafka_package("4.3.0") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     assert connectors.groups()["spark-kafka"] == [connectors.kafka_package()]
+    assert sorted(connectors.PYSPARK_VERSIONS) == ["4.1", "4.2", "4.3"]
+    assert sorted(connectors.MATRIX_PYSPARK) == ["4.1", "4.2"]
+
+
+def test_the_missing_connector_error_says_which_connector_goes_with_4_3():
+    msg = str(connectors.kafka_missing("4.3.0", "kafka:h:9092/t"))
+    assert "--packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0" in msg
+    assert "no Kafka connector for Spark 4.3.0; the 4.2.0 one works with it" in msg
+    assert "no Kafka connector" not in str(connectors.kafka_missing("4.2.1", "kafka:h:9092/t"))
+
+
+def test_pyproject_accepts_exactly_the_supported_minors():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    bounds = set(re.findall(r'"pyspark(?:\[connect\])?>=([\d.]+),<([\d.]+)"', text))
+    minors = sorted(connectors.PYSPARK_VERSIONS, key=lambda m: tuple(map(int, m.split("."))))
+    major, last = map(int, minors[-1].split("."))
+    assert bounds == {(minors[0], f"{major}.{last + 1}")}
 
 
 def test_missing_jars_name_the_command(tmp_path, monkeypatch):

@@ -8,9 +8,12 @@ Three groups of jars, each named by Maven coordinates:
 - ``kafka-broker``: an Apache Kafka broker (:data:`KAFKA_BROKER`), run as a single-node KRaft
   server by the tests and by ``sparkstate demo --kafka``.
 
-The connector's version follows the installed pyspark's when Maven Central serves it. pyspark
-4.3.0's own connector is not served there; the newest served one, 4.2.0, was measured to work
-with it (the whole Kafka test suite runs on it), so :data:`CONNECTOR_VERSIONS` maps 4.3.x to it.
+Which connector goes with which pyspark comes from one table, :data:`PYSPARK_VERSIONS`, keyed by
+pyspark minor: the supported minors, the patch release of each that the test suite runs (the
+main suite on :data:`MAIN_MINOR`, a core subset on the others), and the Kafka connector release
+to use with it, the newest of that minor Maven resolves from Maven Central. pyspark 4.3 has no connector
+release on Maven Central; the 4.2.0 connector was measured to work with pyspark 4.3.0 (the
+whole Kafka test suite runs on it), so the table maps 4.3 to it.
 
 ``sparkstate.io.connectors.main(["fetch"])`` (run by ``make kafka``, which ``make test`` runs)
 resolves every group with Maven into Maven's local repository (``~/.m2`` unless configured)
@@ -19,7 +22,7 @@ and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
 
 >>> kafka_package("4.3.0")
 'org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0'
->>> kafka_package("4.1.1")
+>>> kafka_package("4.1.4")
 'org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1'
 """
 
@@ -37,8 +40,22 @@ from ..errors import ConfigError
 SCALA = "2.13"
 #: Spark's Kafka connector, without its version (:func:`kafka_package` adds it).
 SPARK_KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}"
-#: pyspark versions whose own connector release is not on Maven Central -> the one measured to work.
-CONNECTOR_VERSIONS = {"4.3": "4.2.0"}
+#: Supported pyspark minor -> (the patch release the tests run, the Kafka connector release to use).
+#: The connector is the newest release of that minor whose dependencies all resolve from Maven
+#: Central (4.1.2 and 4.1.3 lack their spark-token-provider-kafka; 4.3 has none at all: 4.2.0,
+#: measured to work with pyspark 4.3.0). The one table behind ``make kafka``, ``sparkstate run``,
+#: the missing-connector error, pyproject's pyspark bounds and the version matrix in the tests.
+PYSPARK_VERSIONS: dict[str, tuple[str, str]] = {
+    "4.1": ("4.1.4", "4.1.1"),
+    "4.2": ("4.2.1", "4.2.0"),
+    "4.3": ("4.3.0", "4.2.0"),
+}
+#: The minor the whole test suite runs on; the others run a core subset (tests/versions).
+MAIN_MINOR = "4.3"
+#: The other supported minors -> the pyspark release the version matrix installs.
+MATRIX_PYSPARK = {m: tested for m, (tested, _) in PYSPARK_VERSIONS.items() if m != MAIN_MINOR}
+#: pyspark minor -> Kafka connector release (kept for callers of the earlier name).
+CONNECTOR_VERSIONS = {m: conn for m, (_, conn) in PYSPARK_VERSIONS.items()}
 #: The Kafka broker run by the tests and ``sparkstate demo --kafka`` (single-node KRaft).
 KAFKA_VERSION = "4.1.1"
 KAFKA_BROKER = f"org.apache.kafka:kafka_{SCALA}:{KAFKA_VERSION}"
@@ -55,7 +72,13 @@ def pyspark_version() -> str:
 
 
 def connector_version(spark_version: str | None = None) -> str:
-    """The version of Spark's Kafka connector to use with ``spark_version`` (default: the installed pyspark)."""
+    """The version of Spark's Kafka connector to use with ``spark_version`` (default: the installed pyspark).
+
+    From :data:`PYSPARK_VERSIONS` for a supported minor; for any other, the same version as pyspark.
+
+    >>> connector_version("4.2.1"), connector_version("4.3.0"), connector_version("5.0.0")
+    ('4.2.0', '4.2.0', '5.0.0')
+    """
     v = spark_version or pyspark_version()
     minor = ".".join(v.split(".")[:2])
     return CONNECTOR_VERSIONS.get(minor, v.split("+")[0])
@@ -191,9 +214,13 @@ def kafka_connector_available(spark) -> bool | None:
 def kafka_missing(spark_version: str, what: str) -> ConfigError:
     """The error for a Kafka source or sink when the connector is not on Spark's classpath: how to add it."""
     pkg = kafka_package(spark_version)
+    conn = connector_version(spark_version)
+    note = ""
+    if conn.split(".")[:2] != spark_version.split(".")[:2]:
+        note = f" (Maven Central has no Kafka connector for Spark {spark_version}; the {conn} one works with it)"
     return ConfigError(
         f"{what}: Spark's Kafka connector is not on the classpath (class {KAFKA_PROVIDER} not found;"
-        f" the pyspark package does not ship it). Add it when Spark starts: sparkstate run --packages {pkg},"
+        f" the pyspark package does not ship it). Add it when Spark starts{note}: sparkstate run --packages {pkg},"
         f" spark-submit --packages {pkg}, PYSPARK_SUBMIT_ARGS='--packages {pkg} pyspark-shell',"
         f" or SparkSession.builder.config('spark.jars.packages', '{pkg}');"
         f" offline: `make kafka` fetches the jars and sparkstate run then uses them (spark.jars)"

@@ -10,8 +10,9 @@ store calls, without a turn per message.
 
 That uses the transport inside PySpark's client (``MapStateClient``'s serializer and socket),
 which is not a public API. :class:`LeafIO` checks for every piece it needs and for a PySpark
-release whose server reads a request whole (``readFully``; checked on 4.3, the only release
-listed in ``_CHECKED_PYSPARK``), and otherwise, or
+release whose server reads a request whole (``readFully``, since SPARK-53870; checked on 4.1.4,
+4.2.1 and 4.3.0, the releases listed in ``_CHECKED_PYSPARK``, whose client pieces are the same:
+tests/engines/test_batched_wire.py runs on each through the version matrix), and otherwise, or
 for any state object that is not PySpark's (the in-memory stand-ins of the tests and
 ``benchmarks/loop.py``), makes the same calls one by one through the public ``MapState`` API.
 
@@ -30,7 +31,7 @@ READ_WINDOW = 128
 WRITE_WINDOW = 128
 #: the PySpark releases whose state server and client were checked for windows (a newer one may
 #: change either: it gets the one-by-one public calls until checked and added here)
-_CHECKED_PYSPARK = ((4, 3),)
+_CHECKED_PYSPARK = ((4, 1), (4, 2), (4, 3))
 
 
 def windows_supported() -> bool:

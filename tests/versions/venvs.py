@@ -1,0 +1,70 @@
+"""A virtualenv per supported PySpark minor (other than the main one), made once under the cache dir.
+
+``$SPARKSTATE_CACHE/venvs/pyspark-X.Y.Z`` (default ``~/.cache/sparkstate``) holds this project
+installed in editable mode with ``pyspark[connect]==X.Y.Z`` pinned. A stamp file records the
+pinned version, the checkout installed and a hash of pyproject.toml; a venv whose stamp differs
+is brought up to date (a different checkout only needs the project re-installed, without deps).
+
+``python -m tests.versions.venvs`` makes every matrix venv ahead of time (what CI may cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from sparkstate.io.connectors import MATRIX_PYSPARK, cache_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pyproject_hash() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+
+
+def venv_dir(version: str) -> Path:
+    return cache_dir() / "venvs" / f"pyspark-{version}"
+
+
+def python(version: str) -> Path:
+    return venv_dir(version) / "bin" / "python"
+
+
+def _run(cmd: list[str]) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
+
+
+def ensure(version: str) -> Path:
+    """The python of the venv for pyspark ``version``, made or updated as needed."""
+    d = venv_dir(version)
+    stamp = d / "sparkstate-venv.json"
+    want = {"pyspark": version, "root": str(ROOT), "pyproject": _pyproject_hash()}
+    have = json.loads(stamp.read_text()) if stamp.exists() else {}
+    if have == want:
+        return python(version)
+    py = python(version)
+    if not py.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(d)
+    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if have.get("pyspark") == version and have.get("pyproject") == want["pyproject"]:
+        _run([*pip, "--no-deps", "-e", str(ROOT)])  # another checkout: the project only
+    else:
+        _run([*pip, "-e", f"{ROOT}[test]", f"pyspark[connect]=={version}"])
+    stamp.write_text(json.dumps(want), encoding="utf-8")
+    return py
+
+
+def main() -> int:
+    for v in MATRIX_PYSPARK.values():
+        print(v, ensure(v))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
