@@ -10,6 +10,7 @@ record), so they are complements by construction. A record is dead when it
 - does not parse: ``"not valid JSON"``, ``"not a JSON object"``, ``"not valid CSV ..."``,
 - lacks a required field (``"missing field user_id"``) or has it null (``"field user_id is
   null"``; in CSV ``"... is empty"``),
+- has a timestamp or date outside the years 1 to 9999 (``"field t: timestamp out of range ..."``),
 - has a field of the wrong type (``"field event_time: expected timestamp, got 'abc'"``):
   Spark's parser quietly turns such a field into null, so each field's raw text (a JSON
   object parsed as a string map, or the CSV tokens parsed as strings) is compared with its
@@ -142,10 +143,18 @@ def _preview(value: Column) -> Column:
 
 
 def _type_reason(name: str, dtype: str, text: Column, typed: Column) -> Column:
-    return F.when(
+    wrong = F.when(
         text.isNotNull() & typed.isNull(),
         F.concat(F.lit(f"field {name}: expected {dtype}, got '"), _preview(text), F.lit("'")),
     )
+    if dtype not in ("timestamp", "timestamp_ntz", "date"):
+        return wrong
+    # Spark holds years far outside 1-9999, which Python, pandas and most sinks cannot: a dead letter.
+    year = F.year(typed)
+    return F.coalesce(wrong, F.when(
+        typed.isNotNull() & ((year < 1) | (year > 9999)),
+        F.concat(F.lit(f"field {name}: {dtype} out of range (years 1 to 9999), got '"), _preview(text), F.lit("'")),
+    ))
 
 
 def _too_large(raw: Column, max_record_bytes: int) -> Column:
