@@ -172,7 +172,8 @@ def _events(source: Any, pipeline: JobPipeline) -> "DataFrame":
 
 
 def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str) -> "Column":
-    """A refused output row (non-null ``refusals.column``) as a dead letter: raw, raw_bytes, reason, source, received_at.
+    """A refused output row (non-null ``refusals.column``) as a dead letter (raw, raw_bytes, reason, source,
+    received_at).
 
     ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
     (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
