@@ -59,8 +59,8 @@ def test_every_record_lands_in_exactly_one_output_with_its_reason(spark):
     events = parsed.events.collect()
     dead = {int(r.source): r for r in parsed.dead_letters.collect()}
     assert parsed.events.columns == ["user_id", "event_time", "data", "is_last", "n"]
-    assert parsed.dead_letters.schema.simpleString() == "struct<raw:string,reason:string,source:string,received_at:timestamp>"
-    assert DEAD_LETTER_SCHEMA == "raw string, reason string, source string, received_at timestamp"
+    assert parsed.dead_letters.schema.simpleString() == "struct<raw:string,raw_bytes:binary,reason:string,source:string,received_at:timestamp>"
+    assert DEAD_LETTER_SCHEMA == "raw string, raw_bytes binary, reason string, source string, received_at timestamp"
 
     # Blank lines are not records; every other line is in exactly one output.
     good = [i for i, (_, why) in enumerate(CASES) if why is None]

@@ -1,14 +1,16 @@
 """Raw records -> typed rows or dead letters, with Spark SQL functions (no per-row Python).
 
 Every input record lands in exactly one of two outputs: a typed row with exactly the schema's
-columns (``events``), or a dead letter ``raw, reason, source, received_at`` (``dead_letters``).
+columns (``events``), or a dead letter ``raw, raw_bytes, reason, source, received_at`` (``dead_letters``).
+``raw`` is valid UTF-8 text (invalid bytes replaced by U+FFFD), ``raw_bytes`` the exact bytes.
 Both are filters of one checked frame on one deterministic ``reason`` column (null for a good
 record), so they are complements by construction. A record is dead when it
 
-- is larger than ``max_record_bytes`` (not parsed at all; its ``raw`` is cut to 1 KiB),
+- is larger than ``max_record_bytes`` (not parsed at all; its ``raw`` is cut to 1 KiB, ``raw_bytes`` keeps it whole),
 - does not parse: ``"not valid JSON"``, ``"not a JSON object"``, ``"not valid CSV ..."``,
 - lacks a required field (``"missing field user_id"``) or has it null (``"field user_id is
   null"``; in CSV ``"... is empty"``),
+- has a timestamp or date outside the years 1 to 9999 (``"field t: timestamp out of range ..."``),
 - has a field of the wrong type (``"field event_time: expected timestamp, got 'abc'"``):
   Spark's parser quietly turns such a field into null, so each field's raw text (a JSON
   object parsed as a string map, or the CSV tokens parsed as strings) is compared with its
@@ -40,8 +42,9 @@ from pyspark.sql.types import MapType, StringType, StructField, StructType
 
 from ..errors import ConfigError
 
-#: The columns of a dead-letter output.
-DEAD_LETTER_SCHEMA = "raw string, reason string, source string, received_at timestamp"
+#: The columns of a dead-letter output. ``raw`` is always valid UTF-8 text (invalid bytes each
+#: replaced by U+FFFD; valid text unchanged); ``raw_bytes`` is the record exactly as read.
+DEAD_LETTER_SCHEMA = "raw string, raw_bytes binary, reason string, source string, received_at timestamp"
 #: Records larger than this (in UTF-8 bytes) are dead letters without being parsed.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 #: How much of an oversized record its dead letter keeps.
@@ -140,10 +143,18 @@ def _preview(value: Column) -> Column:
 
 
 def _type_reason(name: str, dtype: str, text: Column, typed: Column) -> Column:
-    return F.when(
+    wrong = F.when(
         text.isNotNull() & typed.isNull(),
         F.concat(F.lit(f"field {name}: expected {dtype}, got '"), _preview(text), F.lit("'")),
     )
+    if dtype not in ("timestamp", "timestamp_ntz", "date"):
+        return wrong
+    # Spark holds years far outside 1-9999, which Python, pandas and most sinks cannot: a dead letter.
+    year = F.year(typed)
+    return F.coalesce(wrong, F.when(
+        typed.isNotNull() & ((year < 1) | (year > 9999)),
+        F.concat(F.lit(f"field {name}: {dtype} out of range (years 1 to 9999), got '"), _preview(text), F.lit("'")),
+    ))
 
 
 def _too_large(raw: Column, max_record_bytes: int) -> Column:
@@ -160,16 +171,28 @@ def _check_max(max_record_bytes: int) -> int:
     return max_record_bytes
 
 
+def dead_raw(raw: Column) -> tuple[Column, Column]:
+    """``raw`` as the two dead-letter columns: valid text (``raw``) and the exact bytes (``raw_bytes``).
+
+    A Spark string read from bytes (a Kafka value cast to string, a file line) keeps invalid
+    UTF-8 as it is; cast to binary it gives back those exact bytes, and ``make_valid_utf8``
+    replaces each invalid sequence with U+FFFD, leaving valid text byte-identical.
+    """
+    return F.make_valid_utf8(raw), raw.cast("binary")
+
+
 def _split(checked: DataFrame, schema: StructType, max_record_bytes: int) -> Parsed:
     reason = F.col(REASON)
     events = checked.where(reason.isNull()).select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
     raw = F.col(RAW)
+    too_large = F.octet_length(raw) > max_record_bytes
+    text, data = dead_raw(raw)
     kept_raw = F.when(
-        F.octet_length(raw) > max_record_bytes,
-        F.concat(F.substring(raw, 1, RAW_PREVIEW_CHARS), F.lit("... [truncated]")),
-    ).otherwise(raw)
+        too_large, F.concat(F.substring(text, 1, RAW_PREVIEW_CHARS), F.lit("... [truncated]")),
+    ).otherwise(text)
     dead = checked.where(reason.isNotNull()).select(
         kept_raw.alias("raw"),
+        data.alias("raw_bytes"),
         reason.alias("reason"),
         F.col(SOURCE).alias("source"),
         F.current_timestamp().alias("received_at"),
@@ -351,6 +374,7 @@ def parse_csv(
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
+    "dead_raw",
     "DEFAULT_MAX_RECORD_BYTES",
     "Parsed",
     "check_csv_tokens",

@@ -235,10 +235,25 @@ def _jsonable(value: Any, dt: "DataType") -> Any:
         return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, str):
+        return _no_nul(value)
     return value
 
 
+#: What a NUL character (U+0000) becomes in PostgreSQL ``text`` and ``jsonb``, which cannot hold it.
+NUL_REPLACEMENT = "\ufffd"
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", NUL_REPLACEMENT) if "\x00" in text else text
+
+
 def _converter(dt: "DataType", pg: str) -> Callable[[Any], Any] | None:
+    """How a value from Arrow becomes a COPY value: NULs out of text, JSON for ``jsonb``; ``None``: as is."""
+    if pg == "text":
+        return lambda v: None if v is None else _no_nul(v)
+    if pg == "text[]":
+        return lambda v: None if v is None else [None if x is None else _no_nul(x) for x in v]
     if pg != "jsonb":
         return None
     from psycopg.types.json import Jsonb

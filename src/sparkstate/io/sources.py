@@ -105,7 +105,7 @@ class SourceSpec:
 class Source:
     """An opened source: typed good records, dead letters, and what they were read as.
 
-    ``events`` has exactly the schema's columns; ``dead_letters`` has ``raw, reason, source,
+    ``events`` has exactly the schema's columns; ``dead_letters`` has ``raw, raw_bytes, reason, source,
     received_at`` and is ``None`` for Parquet (typed already: its rows pass unchanged).
     ``checked`` is the frame both are filtered from (see :class:`sparkstate.io.parse.Parsed`).
     """
@@ -360,7 +360,7 @@ def open_source(
     >>> src = open_source(ss.spark_session(), "files:" + tempfile.mkdtemp(), fmt="json",
     ...                   options={"maxFilesPerTrigger": 1})
     >>> src.events.columns, src.dead_letters.columns
-    (['user_id', 'event_time', 'data', 'is_last'], ['raw', 'reason', 'source', 'received_at'])
+    (['user_id', 'event_time', 'data', 'is_last'], ['raw', 'raw_bytes', 'reason', 'source', 'received_at'])
     """
     if isinstance(spec, str):
         spec = parse_source(spec)

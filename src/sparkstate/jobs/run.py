@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 
 from ..durations import positive_ms
 from ..errors import ConfigError, JobFailedError, StateSchemaError
-from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, to_struct
+from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, dead_raw, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
 from ..io.sources import open_source, parse_source
 from ..io.writers import batch_writer, describe, file_layout
@@ -178,7 +178,8 @@ def _events(source: Any, pipeline: JobPipeline) -> "DataFrame":
 
 
 def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str) -> "Column":
-    """A refused output row (non-null ``refusals.column``) as a dead letter: raw, reason, source, received_at.
+    """A refused output row (non-null ``refusals.column``) as a dead letter (raw, raw_bytes, reason, source,
+    received_at).
 
     ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
     (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
@@ -189,8 +190,10 @@ def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: 
     if RAW in names:
         raw = F.coalesce(F.col(f"{col}.`{RAW}`"), raw)
     where = F.col(f"{col}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
+    text, data = dead_raw(raw)
     return F.struct(
-        raw.alias("raw"),
+        text.alias("raw"),
+        data.alias("raw_bytes"),
         F.col(f"{col}.`{refusals.reason}`").alias("reason"),
         F.coalesce(where, F.lit(origin)).alias("source"),
         F.current_timestamp().alias("received_at"),

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: Column of the job's query holding an output row (a struct), null on dead letters.
 OUT = "_sparkstate_out"
-#: Column of the job's query holding a dead letter (raw, reason, source, received_at), null on output rows.
+#: Column of the job's query holding a dead letter (raw, raw_bytes, reason, source, received_at), null on output rows.
 DEAD = "_sparkstate_dead"
 
 

@@ -1,0 +1,92 @@
+"""The documented fate of each hostile record (README "Dead letters and hostile bytes"), and the
+dead-letter contract on many Hypothesis-drawn records, through the parser on static frames (fast)."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from sparkstate.io.parse import parse_csv, parse_json
+from tests.io.hostile import KAFKA, draw
+
+SCHEMA = "word string, n bigint, x double, t timestamp"
+
+
+def _frame(spark, values):
+    rows = [(i, v) for i, v in enumerate(values)]
+    return spark.createDataFrame(rows, "i int, b binary").select(
+        F.col("b").cast("string").alias("value"), F.concat(F.lit("row@"), F.col("i").cast("string")).alias("where"))
+
+
+def _parse(spark, values, schema=SCHEMA, **kw):
+    p = parse_json(_frame(spark, values), schema, source=F.col("where"), required=["word"], **kw)
+    good = {r["where"]: r for r in p.checked.where(F.col("_sparkstate_reason").isNull())
+            .select(F.col("_sparkstate_source").alias("where"), *[F.col(c) for c in ("word", "n", "x", "t")
+                                                                 if c in p.events.columns]).toArrow().to_pylist()}
+    dead = {r["source"]: r for r in p.dead_letters.toArrow().to_pylist()}
+    return good, dead
+
+
+CASES = [
+    (b'\xef\xbb\xbf{"word": "a"}', "dead", "not valid JSON"),
+    (b'\xff\xfe{"word": "a"}', "dead", "not valid JSON"),
+    (b'{"word": "a\xffb"}', "good", "a\ufffdb"),
+    (b'{"word": "a', "dead", "not valid JSON"),
+    (b"[1]", "dead", "not a JSON object"),
+    (b'{"word": "a\\u0000b"}', "good", "a\x00b"),
+    (b'{"word": "\\ud800"}', "good", "?"),
+    (b'{"word": "a", "word": "b"}', "good", "b"),
+    (b'{\r\n"word":\r\n"c"\r\n}', "good", "c"),
+    (b'{"word": "a", "n": 1e400}', "dead", "field n"),
+    (b'{"word": "a", "n": 123456789012345678901234567890}', "dead", "field n"),
+    (b'{"word": "a", "x": NaN}', "good", "a"),  # a double holds NaN and Infinity
+    (b'{"word": "b", "x": -Infinity}', "good", "b"),
+    (b'{"word": [1, {"a": 2}]}', "good", '[1,{"a":2}]'),
+    (b'{"word": "a", "t": "0000-01-01T00:00:00Z"}', "dead", "field t"),
+    (b'{"word": "a", "t": "10000-01-01T00:00:00Z"}', "dead", "field t"),
+]
+
+
+def test_each_hostile_record_has_its_documented_fate(spark):
+    good, dead = _parse(spark, [c[0] for c in CASES])
+    for i, (value, fate, what) in enumerate(CASES):
+        where = f"row@{i}"
+        assert (where in good) != (where in dead), value
+        if fate == "good":
+            assert where in good and good[where]["word"] == what, (value, good.get(where), dead.get(where))
+        else:
+            assert where in dead and dead[where]["reason"].startswith(what), (value, dead.get(where))
+            assert dead[where]["raw_bytes"] == value
+            assert dead[where]["raw"] == value.decode("utf-8", "replace")
+
+
+def test_hypothesis_records_keep_the_dead_letter_contract(spark):
+    """Many drawn records (and oversized ones): each in exactly one output; dead letters valid text + exact bytes."""
+    records = draw(KAFKA, n=max(200, 3 * len(draw(KAFKA))))
+    values = [h.value for h in records] + [b'{"word": "' + b"\xff" * 3000 + b'"}']
+    good, dead = _parse(spark, values, schema="word string", max_record_bytes=2048)
+    assert len(good) + len(dead) == len(values)
+    for i, value in enumerate(values):
+        where = f"row@{i}"
+        h = records[i] if i < len(records) else None
+        if h is not None and h.expect == "good":
+            assert where in good and good[where]["word"] == h.word, (h, dead.get(where))
+        if h is not None and h.expect == "dead" or value is None or len(value) > 2048:
+            assert where in dead, (value, good.get(where))
+        if where in dead:
+            r = dead[where]
+            assert r["reason"]
+            assert r["raw_bytes"] == value
+            text = None if value is None else value.decode("utf-8", "replace")
+            assert r["raw"] == (text if value is None or len(value) <= 2048 else text[:1024] + "... [truncated]")
+    assert dead[f"row@{len(values) - 1}"]["reason"] == "record is 3012 bytes, over the limit of 2048 bytes" \
+                                                    " (max_record_bytes)"
+
+
+@pytest.mark.parametrize("line", [b"a\xff,1", b"\xc0\xaf,2", b"\x00,3", b"\xef\xbb\xbfb,4"])
+def test_csv_fields_reach_the_output_as_valid_text(spark, line):
+    p = parse_csv(_frame(spark, [line]), "word string, n int")
+    rows = p.events.toArrow().to_pylist() + p.dead_letters.toArrow().to_pylist()
+    assert len(rows) == 1
+    for r in p.dead_letters.toArrow().to_pylist():
+        assert r["raw_bytes"] == line and r["reason"]
