@@ -179,7 +179,10 @@ def decoded_records(rows: "DataFrame", decode: Callable[[tuple], Any], key_schem
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # timestamps as UTC instants (Arrow stores epoch microseconds whatever the zone)
-        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        try:
+            arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        except TypeError:  # PySpark 4.1: no timezone= (its timestamps are always UTC)
+            arrow_schema = to_arrow_schema(schema)
         for batch in batches:
             out = [rec for row in zip(*(c.to_pylist() for c in batch.columns)) for rec in decode(row)]
             if out:
