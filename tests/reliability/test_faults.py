@@ -275,21 +275,15 @@ def small_disk(tmp_path: Path):
 def _fill(disk: Path) -> Path:
     """Write a ballast file until the filesystem is full; return it."""
     ballast = disk / "ballast"
-    chunk = b"\0" * (1 << 20)
     with open(ballast, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(chunk)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-        small = chunk[:4096]
-        try:
-            while True:
-                f.write(small)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
+        for size in (1 << 20, 4096):  # megabytes, then what is left of the last one
+            chunk = b"\0" * size
+            try:
+                while True:
+                    f.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
     return ballast
 
 
