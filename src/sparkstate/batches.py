@@ -3,7 +3,7 @@ keys and micro-batch (the types it takes and returns, and its rules: :mod:`.batc
 
 It runs on the batched engine's layout (:mod:`sparkstate.engines.batched.vectorized`), so its
 checkpoints, restarts, initial state and the state tools are those of the other operators on
-``engine="batched"``. Everything is validated here, when the query is defined.
+``engine="batched"``. It is checked when the query is defined, by the plan compiler (:mod:`.compile`).
 """
 
 from __future__ import annotations
@@ -13,31 +13,12 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame
 
-from .batch_state import BOOKKEEPING, StateBatch, StateUpdate
-from .engines import StatePlan
+from .batch_state import StateBatch, StateUpdate
+from .compile import OutputMode, compile_plan
 from .engines.base import Engine
-from .engines.batched import BatchedEngine
-from .engines.batched.vectorized import VectorizedEngine
-from .engines.evolution import check_checkpoint, key_struct
-from .errors import ConfigError
 from .group_state import GroupStateTimeout
-from .operators import OutputMode, _check_event_time_column, _initial_state, _key_columns, _state_codec, _time_settings
-from .session import check_session
-from .shipping import ship_user_modules
-from .types import encoder_for, parse_schema
 
 NAME = "map_batches_with_state"
-
-
-def _engine(engine: str | Engine | None) -> VectorizedEngine:
-    if engine is None or engine == "batched":
-        return VectorizedEngine()
-    if isinstance(engine, BatchedEngine):
-        return VectorizedEngine(engine.buckets, engine.leaf_rows, engine.pack)
-    raise ConfigError(
-        f"{NAME}: runs on the batched engine's layout only; engine must be None, 'batched' or a"
-        f" ss.BatchedEngine(...), got {engine!r}"
-    )
 
 
 def map_batches_with_state(
@@ -79,33 +60,8 @@ def map_batches_with_state(
     >>> sorted(out.collect())
     [Row(word='a', value=2), Row(word='b', value=1)]
     """
-    if not isinstance(df, DataFrame):
-        raise ConfigError(f"{NAME}: expected a pyspark DataFrame as input, got {type(df).__name__}")
-    if not callable(func):
-        raise ConfigError(f"{NAME}: func must be callable as func(batch) -> ss.StateUpdate, got {func!r}")
-    check_session(df.sparkSession)
-    keys = _key_columns(df, key, NAME)
-    codec = _state_codec(state_type, NAME)
-    clash = [f for f in codec.fields if f in keys or f in BOOKKEEPING]
-    if clash:
-        raise ConfigError(
-            f"{NAME}: state field(s) {', '.join(clash)} clash with batch.state's key or bookkeeping columns"
-            f" ({', '.join(keys + BOOKKEEPING)}); rename them"
-        )
-    output_schema = parse_schema(output_type, "output_type")
-    conf, mode, watermark, _ = _time_settings(df, timeout, output_mode, None, NAME)
-    if event_time_column is not None:
-        _check_event_time_column(df, output_schema, event_time_column, watermark, NAME)
-    init_df, init_timeout = _initial_state(initial_state, df, keys, codec, NAME)
-    chosen = _engine(engine)
-    if checkpoint is not None:
-        check_checkpoint(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns, codec.py_type,
-                         engine=chosen.name)
-    plan = StatePlan(
-        operator=NAME, key_columns=keys, func=func, flat=False, state_codec=codec, output_schema=output_schema,
-        output_encoder=encoder_for(output_schema, "output"), timeout=conf, keep_expired_state=False, state_ttl_ms=None, value_decoder=None,
-        output_mode=mode, has_watermark=watermark, streaming=df.isStreaming, initial_has_timeout=init_timeout,
-        event_time_column=event_time_column if df.isStreaming else None,
-    )
-    ship_user_modules()
-    return chosen.apply(df, plan, init_df)
+    return compile_plan(
+        df, operator_name=NAME, key=key, func=func, state_type=state_type, output_type=output_type, timeout=timeout,
+        output_mode=output_mode, initial_state=initial_state, engine=engine, checkpoint=checkpoint,
+        event_time_column=event_time_column, vectorized=True,
+    ).dataframe(df)

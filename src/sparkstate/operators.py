@@ -1,12 +1,10 @@
 """The keyed stateful operators: ``map_groups_with_state`` and the layers built on it.
 
-``map_groups_with_state`` / ``flat_map_groups_with_state`` compile the user's function and
-types into a :class:`~sparkstate.engines.base.StatePlan`; ``map_with_state`` and
-``update_state_by_key`` are thin adapters that wrap the user's function into a group function
-and reuse the same path, so timeouts and expiry exist once.
-
-Everything is validated here, when the query is defined: unknown columns, types that cannot be
-encoded, a missing watermark, bad durations, an initial state that does not fit.
+``map_groups_with_state`` / ``flat_map_groups_with_state`` hand the user's function and types
+to the plan compiler (:func:`~sparkstate.compile.compile_plan`), which checks them when the query
+is defined and chooses the engine; ``map_with_state`` and ``update_state_by_key`` are thin
+adapters that wrap the user's function into a group function and reuse the same path, so
+timeouts and expiry exist once.
 """
 
 from __future__ import annotations
@@ -14,194 +12,24 @@ from __future__ import annotations
 import logging
 import operator
 import os
-from typing import Any, Callable, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from .durations import Duration, positive_ms
-from .engines import StatePlan, engine_for, get_engine
-from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, Engine, has_watermark, initial_key_column
-from .engines.evolution import check_checkpoint, key_struct
-from .errors import ConfigError, StateTypeError, TimeoutConfigError
+from .compile import OutputMode, compile_plan, key_columns, state_codec
+from .durations import Duration
+from .engines.base import Engine
+from .errors import ConfigError
 from .group_state import GroupState, GroupStateTimeout, State
-from .session import check_session
-from .shipping import ship_user_modules
 from .spec import StateSpec
-from .types import Codec, encoder_for, parse_schema, record_decoder
+from .types import Codec
 
 log = logging.getLogger("sparkstate")
 
-OutputMode = Literal["update", "append"]
 
-
-def _key_columns(df: DataFrame, key: Any, operator_name: str) -> tuple[str, ...]:
-    if isinstance(key, str):
-        keys: tuple = (key,)
-    elif isinstance(key, (list, tuple)):
-        keys = tuple(key)
-    else:
-        keys = ()
-    if not keys or not all(isinstance(k, str) for k in keys):
-        raise ConfigError(f"{operator_name}: key must be a column name or a list of column names, got {key!r}")
-    missing = [k for k in keys if k not in df.columns]
-    if missing:
-        raise ConfigError(
-            f"{operator_name}: key column(s) {', '.join(map(repr, missing))} not in the input;"
-            f" its columns are {', '.join(df.columns)}"
-        )
-    return keys
-
-
-def _state_codec(state_type: Any, operator_name: str) -> Codec:
-    if state_type is None:
-        raise StateTypeError(f"{operator_name}: state_type is required (a dataclass, or int/float/str/bool/...)")
-    codec = Codec.of(state_type, "state_type")
-    bad = [f for f in codec.fields if f.startswith(RESERVED_PREFIX)]
-    if bad:
-        raise StateTypeError(
-            f"{operator_name}: state field(s) {', '.join(bad)} use the reserved prefix {RESERVED_PREFIX!r}; rename them"
-        )
-    return codec
-
-
-def _initial_state(
-    initial: DataFrame | None, df: DataFrame, keys: tuple[str, ...], codec: Codec, operator_name: str
-) -> tuple[DataFrame | None, bool]:
-    """Select and cast an initial-state DataFrame into the engine's layout."""
-    if initial is None:
-        return None, False
-    if not isinstance(initial, DataFrame):
-        raise ConfigError(f"{operator_name}: initial_state must be a DataFrame, got {type(initial).__name__}")
-    if initial.isStreaming:
-        raise ConfigError(f"{operator_name}: initial_state must be a static DataFrame, not a stream")
-    need = list(keys) + list(codec.fields)
-    missing = [c for c in need if c not in initial.columns]
-    if missing:
-        what = "the key column(s) and the state's fields" if codec.is_struct else "the key column(s) and a column `value`"
-        raise ConfigError(
-            f"{operator_name}: initial_state must have {what}: missing {', '.join(map(repr, missing))};"
-            f" it has {', '.join(initial.columns)}"
-        )
-    key_types = {f.name: f.dataType for f in df.schema.fields}
-    # Keys get internal names: a state field may share a key column's name (UserVisit.user_id).
-    cols = [F.col(k).cast(key_types[k]).alias(initial_key_column(i)) for i, k in enumerate(keys)]
-    cols += [F.col(f.name).cast(f.dataType).alias(f.name) for f in codec.columns.fields]
-    has_timeout = INITIAL_TIMEOUT_COLUMN in initial.columns
-    if has_timeout:
-        cols.append(F.col(INITIAL_TIMEOUT_COLUMN).cast("long").alias(INITIAL_TIMEOUT_COLUMN))
-    return initial.select(*cols), has_timeout
-
-
-def _build(
-    df: DataFrame,
-    *,
-    operator_name: str,
-    key: Any,
-    func: Callable,
-    state_type: Any,
-    output_type: Any,
-    timeout: Any,
-    value_type: Any,
-    initial_state: DataFrame | None,
-    output_mode: str,
-    keep_expired_state: bool,
-    state_ttl: Duration | None,
-    flat: bool,
-    engine: str | Engine | None,
-    value_decoder: Callable | None = None,
-    initial_idle_timeout_ms: int | None = None,
-    checkpoint: str | os.PathLike | None = None,
-    event_time_column: str | None = None,
-) -> DataFrame:
-    """Validate everything, compile a :class:`StatePlan` and hand it to the engine."""
-    _check_input(df, func, operator_name)
-    keys = _key_columns(df, key, operator_name)
-    codec = _state_codec(state_type, operator_name)
-    output_schema = parse_schema(output_type, "output_type")
-    conf, mode, watermark, ttl_ms = _time_settings(df, timeout, output_mode, state_ttl, operator_name)
-    if event_time_column is not None:
-        _check_event_time_column(df, output_schema, event_time_column, watermark, operator_name)
-    if value_decoder is None and value_type is not None:
-        value_decoder = record_decoder(value_type, df.schema, "value_type")
-    init_df, init_timeout = _initial_state(initial_state, df, keys, codec, operator_name)
-    if checkpoint is not None:
-        # without engine=, a checkpoint with state goes on with the engine that wrote it
-        written_by, _ = check_checkpoint(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns,
-                                         codec.py_type, engine=None if engine is None else get_engine(engine).name)
-        engine = engine if engine is not None else written_by
-    chosen = get_engine(engine_for(engine, state_ttl=ttl_ms is not None))
-    plan = StatePlan(
-        operator=operator_name,
-        key_columns=keys,
-        func=func,
-        flat=flat,
-        state_codec=codec,
-        output_schema=output_schema,
-        output_encoder=encoder_for(output_schema, "output"),
-        timeout=conf,
-        keep_expired_state=bool(keep_expired_state),
-        state_ttl_ms=ttl_ms,
-        value_decoder=value_decoder,
-        output_mode=mode,
-        has_watermark=watermark,
-        streaming=df.isStreaming,
-        initial_has_timeout=init_timeout,
-        initial_idle_timeout_ms=initial_idle_timeout_ms,
-        # A static input has no watermark to carry on (Spark refuses the column there).
-        event_time_column=event_time_column if df.isStreaming else None,
-    )
-    ship_user_modules()  # the user's modules that are not installed travel with the query
-    return chosen.apply(df, plan, init_df)
-
-
-def _check_input(df: Any, func: Any, operator_name: str) -> None:
-    if not isinstance(df, DataFrame):
-        raise ConfigError(f"{operator_name}: expected a pyspark DataFrame as input, got {type(df).__name__}")
-    if not callable(func):
-        raise ConfigError(f"{operator_name}: func must be callable as func(key, values, state), got {func!r}")
-    check_session(df.sparkSession)
-
-
-def _time_settings(df: DataFrame, timeout: Any, output_mode: str, state_ttl: Duration | None,
-                   operator_name: str) -> tuple[GroupStateTimeout, str, bool, int | None]:
-    """(timeout kind, output mode, whether the input has a watermark, state TTL in ms), checked."""
-    conf = GroupStateTimeout.parse(timeout)
-    mode = str(output_mode).lower()
-    if mode not in ("update", "append"):
-        raise ConfigError(f"{operator_name}: output_mode must be 'update' or 'append', got {output_mode!r}")
-    watermark = has_watermark(df)
-    if conf is GroupStateTimeout.EventTimeTimeout and df.isStreaming and not watermark:
-        raise TimeoutConfigError(
-            f"{operator_name}: timeout=EventTimeTimeout needs an event-time watermark on the input, and it has none."
-            " Call df.withWatermark(\"<event time column>\", \"10 seconds\") before this operator."
-        )
-    ttl_ms = None
-    if state_ttl is not None:
-        ttl_ms = positive_ms(state_ttl, f"{operator_name}: state_ttl")
-        if conf is GroupStateTimeout.EventTimeTimeout:
-            raise TimeoutConfigError(
-                f"{operator_name}: state_ttl is measured in processing time and Spark allows it only without an"
-                " event-time timeout. Drop state_ttl and let the event-time timeout expire the state, or use"
-                " timeout=ProcessingTimeTimeout."
-            )
-    return conf, mode, watermark, ttl_ms
-
-
-def _check_event_time_column(df: DataFrame, output_schema: StructType, column: str, watermark: bool,
-                             operator_name: str) -> None:
-    from pyspark.sql.types import TimestampType
-
-    if not isinstance(column, str) or column not in output_schema.names:
-        raise ConfigError(f"{operator_name}: event_time_column {column!r} is not an output column;"
-                          f" the output has {', '.join(output_schema.names)}")
-    if not isinstance(output_schema[column].dataType, TimestampType):
-        raise ConfigError(f"{operator_name}: event_time_column {column!r} must be a timestamp column,"
-                          f" it is {output_schema[column].dataType.simpleString()}")
-    if df.isStreaming and not watermark:
-        raise ConfigError(f"{operator_name}: event_time_column carries the input's event-time watermark onward,"
-                          " and the input has none. Call df.withWatermark(...) before this operator.")
+def _build(df: DataFrame, **settings: Any) -> DataFrame:
+    return compile_plan(df, **settings).dataframe(df)
 
 
 def map_groups_with_state(
@@ -455,8 +283,8 @@ def update_state_by_key(
     [Row(word='a', value=3), Row(word='b', value=5)]
     """
     name = "update_state_by_key"
-    keys = _key_columns(df, key, name)
-    codec = _state_codec(state_type, name)
+    keys = key_columns(df, key, name)
+    codec = state_codec(state_type, name)
     decoder: Callable | None = None
     if value is not None:
         if value_type is not None:

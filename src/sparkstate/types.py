@@ -59,6 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .ddl import NoSparkError, parse_ddl
 from .errors import StateTypeError
 
 _PRIMITIVES: dict[type, DataType] = {
@@ -580,8 +581,8 @@ def parse_schema(spec: Any, where: str = "output_type") -> StructType:
         return spark_type_of(spec, where)  # type: ignore[return-value]
     if isinstance(spec, str):
         try:
-            parsed = _parse_ddl(spec)
-        except _NoSpark:
+            parsed = parse_ddl(spec)
+        except NoSparkError:
             raise StateTypeError(
                 f"{where}: reading the DDL string {spec!r} needs a running SparkSession, and there is none."
                 " Start one first (ss.spark_session()), or pass a dataclass or a StructType."
@@ -599,24 +600,6 @@ def parse_schema(spec: Any, where: str = "output_type") -> StructType:
             f" for a single column write e.g. 'value {_PRIMITIVES[spec].simpleString()}'"
         )
     raise StateTypeError(f"{where}: expected a dataclass, a StructType or a DDL string, got {spec!r}")
-
-
-class _NoSpark(Exception):
-    """No SparkSession or SparkContext to parse DDL with (PySpark parses DDL in the JVM)."""
-
-
-def _parse_ddl(ddl: str) -> DataType:
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    if spark is not None:
-        return spark._parse_ddl(ddl)  # type: ignore[attr-defined]
-    if SparkContext._active_spark_context is None:
-        raise _NoSpark()
-    from pyspark.sql.types import _parse_datatype_string
-
-    return _parse_datatype_string(ddl)
 
 
 def compatible(declared: DataType, actual: DataType) -> bool:

@@ -81,7 +81,7 @@ def add_parser(sub: Any) -> None:
                      " spark://HOST:7077 (default: local[*]; SPARKSTATE_MASTER)")
     run.add_argument("--remote", metavar="URL", help="run on a Spark Connect server, e.g. sc://HOST:15002"
                      " (default: SPARK_REMOTE; SPARKSTATE_REMOTE)")
-    run.add_argument("--engine", metavar="NAME", help="state engine: batched (default, fastest) or tws")
+    run.add_argument("--engine", metavar="NAME", help="state engine: batched or tws (default: the one that wrote the checkpoint, else batched, the fastest)")
     run.add_argument("--packages", metavar="COORDS", help="Maven coordinates Spark resolves at start"
                      " (spark.jars.packages), e.g. Spark's Kafka connector for kafka: sources and sinks")
     run.add_argument("--jars", metavar="PATHS", help="local jar files for Spark's classpath (spark.jars),"

@@ -85,16 +85,16 @@ def to_struct(schema: str | StructType) -> StructType:
         return schema
     if not isinstance(schema, str) or not schema.strip():
         raise ConfigError(f"schema: expected a DDL string such as 'user_id string, n bigint' or a StructType, got {schema!r}")
-    from pyspark.sql.types import _parse_datatype_string
+    from ..ddl import NoSparkError, parse_ddl
 
     try:
-        parsed = _parse_datatype_string(schema)
+        parsed = parse_ddl(schema)
+    except NoSparkError:
+        raise ConfigError(
+            f"schema: parsing the DDL string {schema!r} needs a running SparkSession;"
+            " start one first (ss.spark_session()) or pass a StructType"
+        ) from None
     except Exception as exc:  # a ParseException from Spark
-        if "SESSION_OR_CONTEXT_NOT_EXISTS" in str(exc):
-            raise ConfigError(
-                f"schema: parsing the DDL string {schema!r} needs a running SparkSession;"
-                " start one first (ss.spark_session()) or pass a StructType"
-            ) from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"schema: cannot parse {schema!r} as a DDL schema: {first}") from None
     if not isinstance(parsed, StructType):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.sql import functions as F
 
-from ..engines import DEFAULT_ENGINE
+from ..ddl import column_names
 from ..errors import ConfigError
 from ..io.parse import RAW, SOURCE
 from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
@@ -101,7 +101,7 @@ class JobPipeline:
     @property
     def columns(self) -> list[str]:
         """The input columns, from :attr:`schema`."""
-        return [part.strip().split()[0] for part in self.schema.split(",")]
+        return column_names(self.schema)
 
     def marker_of(self, config: "JobConfig") -> dict[str, Any]:
         """What a checkpoint of this pipeline records (``_sparkstate_job.json``)."""
@@ -121,8 +121,9 @@ def _sessionize(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") ->
                       initial_state=_initial(spark, cfg, None))
 
 
-def _engine(cfg: "JobConfig") -> str:
-    return cfg.engine or DEFAULT_ENGINE
+def _engine(cfg: "JobConfig") -> str | None:
+    # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine)
+    return cfg.engine
 
 
 def _timed_out() -> list["Column"]:

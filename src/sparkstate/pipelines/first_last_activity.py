@@ -34,7 +34,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from ..durations import instant_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
-from ..engines import DEFAULT_ENGINE, Engine
+from ..engines import Engine
 from ..operators import map_groups_with_state
 from ._columns import check_column, require_dataframe
 
@@ -100,7 +100,7 @@ class _FirstLast:
 
 def first_last_activity(
     events: DataFrame, key: str = "user", timestamp: str = "timestamp", activity: str = "activity",
-    engine: str | Engine = DEFAULT_ENGINE, checkpoint: str | os.PathLike | None = None,
+    engine: str | Engine | None = None, checkpoint: str | os.PathLike | None = None,
     initial_state: DataFrame | None = None,
 ) -> DataFrame:
     """Per ``key``, its current activity and when it started and was last seen (seed 001).

@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
-from ..engines import DEFAULT_ENGINE, Engine
+from ..engines import Engine
 from ..operators import map_groups_with_state
 from ._columns import check_column, require_dataframe
 
@@ -40,7 +40,7 @@ class _Count:
         return (key, total)
 
 
-def running_count(df: DataFrame, key: str = "word", engine: str | Engine = DEFAULT_ENGINE,
+def running_count(df: DataFrame, key: str = "word", engine: str | Engine | None = None,
                   checkpoint: str | os.PathLike | None = None, initial_state: DataFrame | None = None) -> DataFrame:
     """``key, count``: how many rows each ``key`` has had so far, after every micro-batch.
 

@@ -27,9 +27,10 @@ from pyspark.sql.types import (
 from ..durations import Duration, instant_ms, positive_ms, to_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
-from ..engines import DEFAULT_ENGINE, Engine
+from ..engines import Engine
 from ..engines.base import WATERMARK_DELAY_KEY
-from ..operators import flat_map_groups_with_state, has_watermark
+from ..engines.base import has_watermark
+from ..operators import flat_map_groups_with_state
 from ._columns import check_column, require_dataframe
 
 TimeMode = Literal["event", "processing"]
@@ -344,7 +345,7 @@ def sessionize(
     time_mode: TimeMode = "event",
     watermark: Duration = "10 seconds",
     data: str = "data",
-    engine: str | Engine = DEFAULT_ENGINE,
+    engine: str | Engine | None = None,
     late: Late = "drop",
     max_future_skew: Duration | None = None,
     carry: Sequence[str] = (),
@@ -391,7 +392,7 @@ def sessionize(
 
     ``last_flag=None``: sessions end by timeout only.
 
-    ``engine``: the engine that runs it (the fastest, ``"batched"``, by default).
+    ``engine``: the engine that runs it (``None``: the one that wrote ``checkpoint``'s state, else the fastest, ``"batched"``).
 
     ``late="emit"``: nothing is dropped. Rows that cannot join a session come out as rows
     whose column ``rejected`` (null on sessions) holds ``reason`` and the row's timestamp, data

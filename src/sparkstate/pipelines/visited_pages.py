@@ -23,7 +23,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from ..errors import ConfigError
 from ..group_state import State
-from ..engines import DEFAULT_ENGINE, Engine
+from ..engines import Engine
 from ..operators import map_with_state
 from ..spec import StateSpec
 from ._columns import check_column, require_dataframe
@@ -80,7 +80,7 @@ def _initial(initial_state: Any, visits: DataFrame, key: str) -> DataFrame:
 
 def visited_pages(
     visits: DataFrame, key: str = "user_id", page: str = "page", initial_state: DataFrame | None = None,
-    engine: str | Engine = DEFAULT_ENGINE, checkpoint: str | os.PathLike | None = None,
+    engine: str | Engine | None = None, checkpoint: str | os.PathLike | None = None,
 ) -> DataFrame:
     """``key, visited_pages``: after every visit, the list of pages its user visited so far.
 

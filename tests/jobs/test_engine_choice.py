@@ -1,0 +1,90 @@
+"""The engine is decided once (``sparkstate.compile.choose_engine``): a job's checkpoint goes on with
+the engine that wrote it, and a DDL input column with a comma in its type reaches a job intact."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+import sparkstate as ss
+from sparkstate.cli import main
+from sparkstate.compile import choose_engine
+from sparkstate.jobs import JOB_PIPELINES, JobConfig, JobPipeline, run_pipeline
+
+T = "2024-01-01T12:{}Z".format
+
+
+def _land(directory: Path, name: str, records: list[dict]) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _sessionize(land: Path, ck: Path, out: Path, tmp: Path, *extra: str) -> list[str]:
+    return ["run", "sessionize", "--source", f"files:{land}", "--sink", f"parquet:{out}",
+            "--deadletter", f"json:{tmp / 'dead'}", "--checkpoint", str(ck), "--once", "--no-progress", *extra]
+
+
+def test_a_tws_checkpoint_goes_on_without_engine_and_refuses_another_one(spark, tmp_path, capsys):
+    land, ck = tmp_path / "in", tmp_path / "ck"
+    _land(land, "a.json", [{"user_id": "u1", "event_time": T("00:00"), "data": "/home", "is_last": False},
+                           {"user_id": "u2", "event_time": T("00:05"), "data": "/help", "is_last": False}])
+    out = tmp_path / "sessions"
+    assert main(_sessionize(land, ck, out, tmp_path, "--engine", "tws")) == 0, capsys.readouterr().err
+    assert ss.state.engine_of(spark, str(ck)) == "tws"
+
+    # u1's open session ends at its flagged event; u3's event moves the watermark past u2's
+    _land(land, "b.json", [{"user_id": "u3", "event_time": T("10:00"), "data": "/x", "is_last": False},
+                           {"user_id": "u1", "event_time": T("00:30"), "data": "/pay", "is_last": True}])
+    assert main(_sessionize(land, ck, out, tmp_path)) == 0, capsys.readouterr().err
+    assert ss.state.engine_of(spark, str(ck)) == "tws"
+    got = sorted((r.user_id, r.session_start.strftime("%H:%M:%S"), r.session_end.strftime("%H:%M:%S"), r.events,
+                  r.closed_by) for r in spark.read.parquet(str(out)).collect() if r.closed_by is not None)
+    assert got == [("u1", "12:00:00", "12:00:30", ["/home", "/pay"], "last_event"),
+                   ("u2", "12:00:05", "12:00:05", ["/help"], "timeout")]
+
+    # naming another engine on it is refused before anything runs, with the way out
+    _land(land, "c.json", [{"user_id": "u4", "event_time": T("20:00"), "data": "/y", "is_last": True}])
+    assert main(_sessionize(land, ck, out, tmp_path, "--engine", "batched")) != 0
+    err = capsys.readouterr().err
+    assert "tws" in err and "Traceback" not in err, err
+    assert "u4" not in {r.user_id for r in spark.read.parquet(str(out)).collect()}
+
+
+def test_the_engine_is_chosen_in_one_place():
+    assert choose_engine(None).name == "batched"
+    assert choose_engine(None, "tws").name == "tws"
+    assert choose_engine(None, "batched", state_ttl=True).name == "batched"  # the stored state decides
+    assert choose_engine("tws", "batched").name == "tws"  # named: the checkpoint check refuses the mismatch
+    assert choose_engine(None, state_ttl=True).name == "tws"
+    assert type(choose_engine(ss.BatchedEngine(buckets=3), vectorized=True)).__name__ == "VectorizedEngine"
+    with pytest.raises(ss.ConfigError, match="batched engine's layout only"):
+        choose_engine("tws", vectorized=True)
+
+
+def _totals(events, cfg, spark):
+    def add(user, rows, state):
+        total = (state.getOption or Decimal("0")) + sum(r.amount for r in rows)
+        state.update(total)
+        return (user, total)
+
+    return ss.map_groups_with_state(events.select("user_id", "amount"), key="user_id", func=add, state_type=Decimal,
+                                    output_type="user_id string, total decimal(12,2)", checkpoint=cfg.checkpoint)
+
+
+def test_a_decimal_input_column_reaches_a_job_intact(spark, tmp_path, monkeypatch):
+    pipeline = JobPipeline("totals", "user_id string, amount decimal(10,2), note string", "update", _totals)
+    assert pipeline.columns == ["user_id", "amount", "note"]
+    monkeypatch.setitem(JOB_PIPELINES, "totals", pipeline)
+    land = tmp_path / "in"
+    _land(land, "a.json", [{"user_id": "a", "amount": 12.50, "note": "x,y"}, {"user_id": "a", "amount": 0.25, "note": ""},
+                           {"user_id": "b", "amount": 99999999.99, "note": "max"}])
+    result = run_pipeline(spark, JobConfig("totals", source=f"files:{land}", sink="memory:ec_totals",
+                                           deadletter=f"json:{tmp_path / 'dead'}", checkpoint=str(tmp_path / "ck"),
+                                           once=True))
+    assert result.dead_letters == 0
+    rows = spark.table("ec_totals").groupBy("user_id").agg(F.max("total").alias("total")).collect()
+    assert sorted((r.user_id, r.total) for r in rows) == [("a", Decimal("12.75")), ("b", Decimal("99999999.99"))]
