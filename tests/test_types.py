@@ -569,13 +569,13 @@ def test_parse_schema_of_ddl_returns_what_spark_parses(monkeypatch):
         seen.append(ddl)
         return parsed
 
-    monkeypatch.setattr(sst, "parse_ddl", fake_parse)
+    monkeypatch.setattr(sst.codec, "parse_ddl", fake_parse)
     assert parse_schema("word string, count long") is parsed
     assert seen == ["word string, count long"]
 
 
 def test_parse_schema_rejects_ddl_of_a_single_non_struct_type(monkeypatch):
-    monkeypatch.setattr(sst, "parse_ddl", lambda ddl: ArrayType(LongType()))
+    monkeypatch.setattr(sst.codec, "parse_ddl", lambda ddl: ArrayType(LongType()))
     with pytest.raises(ss.StateTypeError, match=r"^output_type: expected a list of columns such as"
                                                 r" 'word string, count long', got 'array<bigint>'$"):
         parse_schema("array<bigint>")
@@ -585,7 +585,7 @@ def test_parse_schema_reports_invalid_ddl_with_the_parser_message(monkeypatch):
     def fail(ddl):
         raise RuntimeError("[PARSE_SYNTAX_ERROR] Syntax error at or near ','")
 
-    monkeypatch.setattr(sst, "parse_ddl", fail)
+    monkeypatch.setattr(sst.codec, "parse_ddl", fail)
     with pytest.raises(ss.StateTypeError, match=r"^out: 'word strng,' is not a valid DDL schema \(e\.g\. 'word string,"
                                                 r" count long'\): \[PARSE_SYNTAX_ERROR\] Syntax error at or near ','$"):
         parse_schema("word strng,", "out")

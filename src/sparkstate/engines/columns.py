@@ -1,7 +1,7 @@
 """The values the user's function sees, the same under every engine: what ``DataFrame.collect()``
 gives, i.e. structs as ``Row``s, maps as ``dict``s, timestamps as aware UTC datetimes.
 
-- The batched engine reads its input as Arrow columns (see ``engines/batched.py``):
+- The batched engine reads its input as Arrow columns (see ``engines/batched/engine.py``):
   :func:`arrow_column_converter` turns one column into a list of values with one
   ``to_pylist()`` where the column is flat. Arrow keeps nulls in integer columns, longs past
   2**53 and NaN apart from null, so nothing is lost on the way.

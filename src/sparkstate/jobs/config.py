@@ -28,13 +28,13 @@ from typing import Any, Mapping
 from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
 from ..paths import absolute_path
+from ..pipelines.sessionize import TIME_MODES
 from .pipelines import JOB_PIPELINES
 
 log = logging.getLogger("sparkstate.jobs")
 
 #: The pipelines' names (their declarations: :data:`~sparkstate.jobs.pipelines.JOB_PIPELINES`).
 PIPELINE_NAMES: tuple[str, ...] = tuple(JOB_PIPELINES)
-TIME_MODES = ("event", "processing")
 FORMATS = ("json", "csv", "parquet")
 ENV_PREFIX = "SPARKSTATE_"
 

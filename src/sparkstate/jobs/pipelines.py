@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from pyspark.sql import functions as F
 
@@ -36,7 +36,19 @@ from ..synthetic.generator import EVENT_SCHEMA
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from .config import JobConfig
+
+class JobSettings(Protocol):
+    """What a pipeline's builder reads of a job's settings (a :class:`~sparkstate.jobs.JobConfig`)."""
+
+    pipeline: str
+    checkpoint: str | None
+    initial_state: str | None
+    engine: str | None
+    gap: str
+    time_mode: str
+    watermark: str
+    max_future_skew: str | None
+    emit_on_last: bool
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ class JobPipeline:
     name: str
     schema: str
     output_mode: str
-    build: Callable[["DataFrame", "JobConfig", "SparkSession"], "DataFrame"]
+    build: Callable[["DataFrame", JobSettings, "SparkSession"], "DataFrame"]
     output_label: str = "rows emitted"
     observe: Callable[[], list["Column"]] | None = None
     refusals: Refusals | None = None
@@ -103,7 +115,7 @@ class JobPipeline:
         """The input columns, from :attr:`schema`."""
         return column_names(self.schema)
 
-    def marker_of(self, config: "JobConfig") -> dict[str, Any]:
+    def marker_of(self, config: JobSettings) -> dict[str, Any]:
         """What a checkpoint of this pipeline records (``_sparkstate_job.json``)."""
         return {"pipeline": self.name, **{k.setting: getattr(config, k.setting) for k in self.marker}}
 
@@ -112,7 +124,7 @@ class JobPipeline:
 CARRY = (RAW, SOURCE)
 
 
-def _sessionize(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") -> "DataFrame":
+def _sessionize(events: "DataFrame", cfg: JobSettings, spark: "SparkSession") -> "DataFrame":
     # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,  # type: ignore[arg-type]
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
@@ -121,7 +133,7 @@ def _sessionize(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") ->
                       initial_state=_initial(spark, cfg, None))
 
 
-def _engine(cfg: "JobConfig") -> str | None:
+def _engine(cfg: JobSettings) -> str | None:
     # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine)
     return cfg.engine
 
@@ -169,12 +181,12 @@ def read_initial_state(spark: "SparkSession", path: str, schema: str | None = IN
         raise ConfigError(f"run: cannot read the initial state {path} as {fmt}: {str(exc).splitlines()[0]}") from None
 
 
-def _initial(spark: "SparkSession", cfg: "JobConfig", schema: str | None) -> "DataFrame | None":
+def _initial(spark: "SparkSession", cfg: JobSettings, schema: str | None) -> "DataFrame | None":
     # The initial state applies when the checkpoint is new; the operator ignores it on a restart.
     return read_initial_state(spark, cfg.initial_state, schema) if cfg.initial_state else None
 
 
-def _visited_pages(events: "DataFrame", cfg: "JobConfig", spark: "SparkSession") -> "DataFrame":
+def _visited_pages(events: "DataFrame", cfg: JobSettings, spark: "SparkSession") -> "DataFrame":
     return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg),
                          checkpoint=cfg.checkpoint)
 

@@ -114,7 +114,7 @@ def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
-def _at(ms: int) -> datetime:
+def at_ms(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
@@ -166,7 +166,7 @@ def generate_events(
             else:  # a pause longer than the gap ends the session
                 t += rng.randint(gap_ms * 3 // 2, 5 * gap_ms)
     out.sort(key=lambda r: (r[0], r[1]))
-    return [Event(user, _at(ms), data, last) for ms, user, data, last in out]
+    return [Event(user, at_ms(ms), data, last) for ms, user, data, last in out]
 
 
 def write_events(events: Sequence[Event], directory: str | os.PathLike, files: int = 10) -> list[Path]:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone  # noqa: F401  (datetime, tim
 from typing import Iterable
 
 from ..durations import Duration, Instant, instant_ms, positive_ms
-from .generator import ClosedBy, Event, Session, _at
+from .generator import ClosedBy, Event, Session, at_ms
 
 def reference_sessions(
     events: Iterable[Event], gap: Duration = "1 minute", watermark: Instant | None = None,
@@ -46,7 +46,7 @@ def reference_sessions(
     0
     """
     gap_td = timedelta(milliseconds=positive_ms(gap, "reference_sessions: gap"))
-    until = None if watermark is None else _at(instant_ms(watermark, "reference_sessions: watermark"))
+    until = None if watermark is None else at_ms(instant_ms(watermark, "reference_sessions: watermark"))
     by_user: dict[str, list[Event]] = defaultdict(list)
     for e in events:
         by_user[e.user_id].append(e)

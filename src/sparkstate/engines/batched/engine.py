@@ -14,7 +14,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 
 from ...errors import ConfigError, StateSchemaError
 from ...group_state import initial_timeout
-from .._calls import operator_options
+from ..call_context import operator_options
 from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, has_watermark,
                     initial_key_column)
 from . import layout

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from ...errors import StateSchemaError
-from .._fit import relayer
+from ..state_fields import relayer
 from ..base import PICKLE_PROTOCOL, StoredLayout, decoded_records
 
 if TYPE_CHECKING:

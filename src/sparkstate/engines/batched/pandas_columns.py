@@ -1,7 +1,7 @@
 """The batched engine's fallback input path: the pandas columns PySpark hands a
 ``transformWithStateInPandas`` processor, turned back into the values the Row API gives.
 
-Used only when the input is not packed (see ``engines/batched.py``: an event-time input whose
+Used only when the input is not packed (see ``engines/batched/engine.py``: an event-time input whose
 late rows Spark must drop, or ``BatchedEngine(pack=False)``). PySpark's pandas round trip loses two things put back here:
 integers with nulls arrive as floats with NaN, timestamps arrive naive in the session time
 zone. Longs travel as strings (a long column with a null would arrive as float64 and lose every

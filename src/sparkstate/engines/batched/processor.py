@@ -23,8 +23,8 @@ from ...errors import StateSchemaError
 from ...errors import StateTypeError
 from ...group_state import DELETE, KEEP, call_error, initial_timeout, is_due, reset_state, settle, timer_for
 from ...types import RowTypeError, columns_encoder, row_class
-from .._calls import Calls, time_mode
-from .._fit import relay
+from ..call_context import Calls, time_mode
+from ..state_fields import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
 from ..columns import arrow_column_converter, output_frame_maker
 from .layout import (BUCKET_COLUMN, DIR_SCHEMA, DIR_VARIABLE, HASH_COLUMN, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA,

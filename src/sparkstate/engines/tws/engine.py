@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._calls import operator_options
+from ..call_context import operator_options
 from ..base import Engine, StatePlan, StoredLayout, initial_key_column
 from . import layout
-from .processor import _Processor
+from .processor import KeyProcessor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +25,7 @@ class TransformWithStateEngine(Engine):
         if initial_state is not None:
             init = initial_state.groupBy(*[initial_key_column(i) for i in range(len(plan.key_columns))])
         return grouped.transformWithState(
-            statefulProcessor=_Processor(plan, df.schema),
+            statefulProcessor=KeyProcessor(plan, df.schema),
             **operator_options(plan, init),
         )
 

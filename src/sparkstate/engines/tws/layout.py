@@ -2,7 +2,7 @@
 
 Layout 2 (this release): one value-state variable ``sparkstate_v2``, one row per key, of the
 fixed schema :data:`STATE_ROW_SCHEMA` whatever the state type: the type tag of the state's
-columns (``types.type_tag``), the columns' values pickled as one tuple, the pending timeout.
+columns (``type_tags.type_tag``), the columns' values pickled as one tuple, the pending timeout.
 Spark therefore sees the same value schema under either state encoding (``unsaferow`` allows no
 schema change, ``avro`` evolves it itself) and the state's evolution is ours: a row whose tag
 differs from the query's is re-laid by field name when read.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from ..base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, StoredLayout, decoded_records
-from .._fit import relayer
+from ..state_fields import relayer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -69,7 +69,7 @@ class Layout2(StoredLayout):
     def records(self, batch_id: int | None) -> "DataFrame":
         from pyspark.sql import functions as F
 
-        from ...types import parse_type_tag
+        from .type_tags import parse_type_tag
 
         raw = self.variable(STATE_VARIABLE, batch_id)
         key_schema = raw.schema["key"].dataType
@@ -92,7 +92,7 @@ class Layout2(StoredLayout):
         return decoded_records(rows, decode, key_schema, target)
 
     def schemas(self) -> tuple[StructType, list[StructType]]:
-        from ...types import parse_type_tag
+        from .type_tags import parse_type_tag
 
         raw = self.variable(STATE_VARIABLE, None)
         return raw.schema["key"].dataType, [parse_type_tag(t) for t in sorted(self._state_types(raw))]

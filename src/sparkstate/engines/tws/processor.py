@@ -17,15 +17,15 @@ from typing import Any, Iterator
 from pyspark.sql.streaming import StatefulProcessor
 
 from ...group_state import Outcome, initial_timeout, is_due, run_call, timer_for
-from ...types import tag_fields, type_tag
-from .._calls import Calls, time_mode
-from .._fit import relay
+from .type_tags import tag_fields, type_tag
+from ..call_context import Calls, time_mode
+from ..state_fields import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
 from ..columns import row_fixer
 from .layout import LEGACY_GUARD_SCHEMA, LEGACY_STATE_VARIABLE, STATE_ROW_SCHEMA, STATE_VARIABLE
 
 
-class _Processor(StatefulProcessor, Calls):
+class KeyProcessor(StatefulProcessor, Calls):
     """The StatefulProcessor shipped to the workers. Holds only the plan (picklable)."""
 
     def __init__(self, plan: StatePlan, input_schema: Any = None) -> None:
