@@ -29,7 +29,15 @@ from operator import is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import ConfigError, StateTypeError, TimeoutConfigError, UserFunctionError
-from .group_state import GroupStateTimeout
+from .group_state import (
+    BEFORE_WATERMARK,
+    NO_TIMEOUT,
+    NO_WATERMARK,
+    NOT_AFTER_PROCESSING_TIME,
+    GroupStateTimeout,
+    StateArgumentError,
+    timeout_refusal,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -291,24 +299,26 @@ class BatchRules:
         arr = self._arrow(frame[TIMEOUT], pa.int64(), f"StateUpdate.state column {TIMEOUT!r}", "epoch milliseconds")
         values = arr.to_pylist()
         conf = self.timeout
+        watermark = max(wm, 0) if has_watermark else NO_WATERMARK
         for k, t in zip(keys, values):
             if t is None:
                 continue
-            if conf is GroupStateTimeout.NoTimeout:
+            why = timeout_refusal(conf, t, pt, watermark)
+            if why == NO_TIMEOUT:
                 raise TimeoutConfigError(
                     f"{self.operator}: StateUpdate.state sets timeout_ms {t} for key {k!r}, but the query has no"
                     " timeout. Pass timeout=ss.GroupStateTimeout.ProcessingTimeTimeout or EventTimeTimeout, or"
                     " leave timeout_ms null"
                 )
-            if conf is GroupStateTimeout.ProcessingTimeTimeout and t <= pt:
-                raise ConfigError(
+            if why == NOT_AFTER_PROCESSING_TIME:
+                raise StateArgumentError(
                     f"{self.operator}: timeout_ms {t} of key {k!r} is not later than the batch's processing time"
                     f" ({pt}); set it as batch.processing_time_ms + a positive duration"
                 )
-            if conf is GroupStateTimeout.EventTimeTimeout and has_watermark and t < max(wm, 0):
-                raise ConfigError(
+            if why == BEFORE_WATERMARK:
+                raise StateArgumentError(
                     f"{self.operator}: timeout_ms {t} of key {k!r} is earlier than the current watermark"
-                    f" ({max(wm, 0)}); base it on the watermark, e.g. batch.watermark_ms + gap_ms"
+                    f" ({watermark}); base it on the watermark, e.g. batch.watermark_ms + gap_ms"
                 )
         return values
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .durations import Duration, Instant, instant_ms, positive_ms, to_ms, utc
-from .errors import StateNotFoundError, TimeoutConfigError, UserFunctionError
+from .errors import ConfigError, StateNotFoundError, TimeoutConfigError, UserFunctionError
 
 
 class GroupStateTimeout(str, enum.Enum):
@@ -52,16 +52,43 @@ class GroupStateTimeout(str, enum.Enum):
 NO_WATERMARK = -1
 
 
-class _ArgumentError(ValueError):
-    """A bad argument to a state method. A ``ValueError``, told apart from the user's own so
-    that :func:`run_call` passes it on (naming the key) instead of wrapping it."""
+class StateArgumentError(ConfigError):
+    """A bad argument to a state method, or a bad timeout in a ``StateUpdate``: a
+    :class:`~sparkstate.ConfigError` (so a ``ValueError``), told apart from the user's own errors
+    so that :func:`run_call` passes it on (naming the key) instead of wrapping it."""
+
+
+#: Why a timeout cannot be set now (:func:`timeout_refusal`).
+NO_TIMEOUT, NOT_AFTER_PROCESSING_TIME, BEFORE_WATERMARK = "no timeout", "not after processing time", "before watermark"
+
+
+def timeout_refusal(conf: "GroupStateTimeout", timeout_ms: int, processing_ms: int, watermark_ms: int) -> str | None:
+    """The one rule for a timeout a user's function sets (``GroupState``'s setters and a
+    ``StateUpdate``'s ``timeout_ms`` alike): ``None`` when it may be set, else why not.
+
+    A query without timeouts takes none; a processing-time timeout must be later than the batch's
+    processing time; an event-time one may not be earlier than the watermark (``NO_WATERMARK``:
+    none yet). Each API words the refusal for its own call.
+
+    >>> timeout_refusal(GroupStateTimeout.EventTimeTimeout, 5, 0, 10)
+    'before watermark'
+    >>> timeout_refusal(GroupStateTimeout.ProcessingTimeTimeout, 1_001, 1_000, NO_WATERMARK) is None
+    True
+    """
+    if conf is GroupStateTimeout.NoTimeout:
+        return NO_TIMEOUT
+    if conf is GroupStateTimeout.ProcessingTimeTimeout and timeout_ms <= processing_ms:
+        return NOT_AFTER_PROCESSING_TIME
+    if conf is GroupStateTimeout.EventTimeTimeout and watermark_ms != NO_WATERMARK and timeout_ms < watermark_ms:
+        return BEFORE_WATERMARK
+    return None
 
 
 def _checked(convert: Callable[..., int], *args: Any) -> int:
     try:
         return convert(*args)
     except ValueError as exc:
-        raise _ArgumentError(str(exc)) from None
+        raise StateArgumentError(str(exc)) from None
 
 
 class GroupState:
@@ -131,7 +158,7 @@ class GroupState:
     def update(self, value: Any) -> None:
         """Set the state. ``None`` is not a state: use :meth:`remove`."""
         if value is None:
-            raise _ArgumentError("state.update(None): None cannot be stored as state; call state.remove() instead.")
+            raise StateArgumentError("state.update(None): None cannot be stored as state; call state.remove() instead.")
         self._value = value
         self._exists = True
         self._updated = True
@@ -178,12 +205,12 @@ class GroupState:
         if additional is not None:
             extra = _checked(to_ms, additional, "state.setTimeoutTimestamp(additional=…)")
             if extra < 0:
-                raise _ArgumentError(
+                raise StateArgumentError(
                     f"state.setTimeoutTimestamp(additional=…): expected a duration of 0 or more, got {additional!r}"
                 )
             ms += extra
-        if self._watermark_ms != NO_WATERMARK and ms < self._watermark_ms:
-            raise _ArgumentError(
+        if timeout_refusal(self._conf, ms, self._batch_ms, self._watermark_ms) == BEFORE_WATERMARK:
+            raise StateArgumentError(
                 f"Timeout timestamp ({ms}, {utc(ms):%Y-%m-%d %H:%M:%S.%f} UTC) cannot be earlier than the current"
                 f" watermark ({self._watermark_ms}, {utc(self._watermark_ms):%Y-%m-%d %H:%M:%S.%f} UTC)."
                 " Base the timeout on the watermark, e.g."
@@ -334,7 +361,7 @@ def call_error(func: GroupFunc, key: Any, exc: Exception) -> Exception:
     if isinstance(exc, (TimeoutConfigError, StateNotFoundError)):
         # Misuse of the state API: the message is already the sentence the user needs.
         return type(exc)(f"{exc} (key {key!r})")
-    if isinstance(exc, _ArgumentError):
+    if isinstance(exc, StateArgumentError):
         # A bad argument to a state method: the ValueError the contract names, with the key.
         return ValueError(f"{exc} (key {key!r})")
     name = getattr(func, "__name__", func)

@@ -260,10 +260,10 @@ class _Processor(StatefulProcessor, Calls):
                 leaf.pop(k, None)
                 continue
             try:
-                cols = encode(state._value) if state._exists else None
+                cols = encode(state.getOption) if state.exists else None
             except StateTypeError as exc:
                 raise StateTypeError(f"{plan.operator}: the state of key {k!r} cannot be stored: {exc}") from None
-            leaf[k] = [cols, state._timeout_ms, h]
+            leaf[k] = [cols, state.timeout_ms, h]
 
     # -- the transformWithState callbacks -------------------------------------------------------
     def _group_rows(self, frames: Iterator[Any]) -> tuple[dict, dict]:
