@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The dated records (docs/bench/*.md): measured runs kept as they were written, so their flags and
+#: defaults are those of their day; only their links and the figures the guides take from them are checked.
+RECORDS = sorted((ROOT / "docs" / "bench").glob("*.md"))
 PACKAGE = ROOT / "src" / "sparkstate"
 
 
@@ -259,7 +262,7 @@ def _anchors(doc: Path) -> set[str]:
 
 def test_every_relative_link_in_the_docs_leads_somewhere():
     wrong, checked = [], 0
-    for doc in [*DOCS, ROOT / "CHANGELOG.md"]:
+    for doc in [*DOCS, *RECORDS, ROOT / "CHANGELOG.md"]:
         text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target):
@@ -328,3 +331,44 @@ def test_speed_figures_outside_performance_md_are_those_of_its_table():
                 for figure in sorted(_figures(line) - stated):
                     wrong.append(f"{_rel(doc)}: {figure} is not in performance.md's Figures at a glance: {line.strip()}")
     assert not wrong, "\n".join(wrong)
+
+
+def _glance() -> str:
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    return perf.split("## Figures at a glance", 1)[1].split("\n## ", 1)[0]
+
+
+def _record_figures(text: str) -> set[str]:
+    """The figures of a dated record: its ratios and throughputs, and the bare numbers of its
+    tables' ratio columns ("| 0.53 |" under "x Java") read as ratios."""
+    cells = re.findall(r"(?<=\|) *(\d+\.\d+(?:-\d+\.\d+)?) *(?=\|)", text)
+    return _figures(text) | _figures(" ".join(c + "x" for c in cells))
+
+
+def test_figures_of_performance_and_reliability_md_come_from_the_dated_records():
+    """performance.md and reliability.md invent no figure: each speed ratio and throughput they
+    state is in a record under docs/bench/ or in "Figures at a glance" (whose derived ratios,
+    such as 3.7x = 40.1K / 10.9K, are stated there once)."""
+    assert len(RECORDS) >= 4
+    recorded = set().union(*(_record_figures(r.read_text()) for r in RECORDS))
+    allowed = recorded | _figures(_glance())
+    checked, wrong = 0, []
+    for name in ("performance.md", "reliability.md"):
+        for line in (ROOT / "docs" / name).read_text().splitlines():
+            for figure in sorted(_figures(line)):
+                checked += 1
+                if figure not in allowed:
+                    wrong.append(f"docs/{name}: {figure} is in no record of docs/bench/: {line.strip()}")
+    assert checked >= 40
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_dated_raw_file_named_in_the_docs_is_in_docs_bench():
+    """`count-steady-2026-11-24.json` and the like (or a pattern, `scaling-*-2026-11-22.json`), named
+    in the guides and the records, are there."""
+    bench = ROOT / "docs" / "bench"
+    named = {(_rel(doc), m) for doc in [*DOCS, *RECORDS] for code in _code(doc.read_text())
+             for m in re.findall(r"(?<![\w*-])([\w.*-]*\d{4}-\d{2}-\d{2}[\w.-]*\.(?:json|md))\b", code)}
+    assert len(named) >= 20
+    missing = sorted(f"{doc}: {name}" for doc, name in named if not list(bench.glob(Path(name).name)))
+    assert not missing, "\n".join(missing)

@@ -2,8 +2,8 @@
 
 PySpark's ``MapState`` sends one request and waits for its answer before the next: a batch that
 touches a few keys in each of many leaves pays one full Python -> JVM -> Python turn per leaf
-read and per leaf write (measured: docs/performance.md, "Round 2, part 4"). The state server
-handles the requests of a connection one after the other, in order, and answers each in order
+read and per leaf write (measured: docs/bench/2026-11-24-round2.md, "Round 2, part 4"). The state
+server handles the requests of a connection one after the other, in order, and answers each in order
 (``TransformWithStateInPySparkStateServer.run``), so the requests of a window can be written
 back to back and the answers read after: the same messages, the same order, the same state
 store calls, without a turn per message.
