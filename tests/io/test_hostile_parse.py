@@ -90,3 +90,19 @@ def test_csv_fields_reach_the_output_as_valid_text(spark, line):
     assert len(rows) == 1
     for r in p.dead_letters.toArrow().to_pylist():
         assert r["raw_bytes"] == line and r["reason"]
+
+
+def test_csv_files_empty_quoted_field_and_nul_have_their_documented_fate(spark, tmp_path):
+    """Spark's CSV reader on files: ``""`` is an empty field (a dead letter, not a failed batch); NUL, a BOM
+    and surrounding spaces stay in a string field; a line of only NUL is blank (skipped by the reader)."""
+    from sparkstate.io.parse import check_csv_tokens, csv_read_options, csv_string_schema, to_struct
+
+    lines = [b'""', b'"a\x00b"', b"\xef\xbb\xbfbom", b" sp ", b"a,b", b"\x00", b"ok"]
+    (tmp_path / "in.csv").write_bytes(b"word\n" + b"\n".join(lines) + b"\n")
+    struct = to_struct("word string")
+    tokens = spark.read.schema(csv_string_schema(struct)).options(header="true", **csv_read_options()).csv(
+        str(tmp_path / "in.csv"))
+    parsed = check_csv_tokens(tokens, struct, source=F.lit("f"))
+    assert sorted(r.word for r in parsed.events.collect()) == sorted(["a\x00b", "\ufeffbom", " sp ", "ok"])
+    dead = sorted((r.raw, r.reason) for r in parsed.dead_letters.collect())
+    assert dead == [('""', "field word is empty"), ("a,b", "not valid CSV: expected 1 fields (word)")]

@@ -312,9 +312,16 @@ def check_csv_tokens(
     opts = {k: str(v) for k, v in (options or {}).items() if k not in ("mode", "columnNameOfCorruptRecord", "header")}
     strings = [F.col(f"`{f.name}`") for f in struct.fields]
     corrupt = F.col(_CORRUPT)
-    text_line = F.to_csv(F.struct(*strings), opts)
+    # to_csv fails on a row whose fields are all null (a lone quoted empty field): write it by hand.
+    sep = opts.get("sep", opts.get("delimiter", ","))
+    all_empty = sep * (len(strings) - 1) if len(strings) > 1 else '""'
+    text_line = F.when(F.coalesce(*strings).isNull(), F.lit(all_empty)).otherwise(F.to_csv(F.struct(*strings), opts))
     raw_col = raw if raw is not None else F.coalesce(corrupt, text_line)
-    typed = F.from_csv(text_line, _ddl(struct), {**opts, "mode": "PERMISSIVE"})
+    parsed_line = F.from_csv(text_line, _ddl(struct), {**opts, "mode": "PERMISSIVE"})
+    # A string field is its token as read (the CSV round trip would lose a NUL, Spark's "no character").
+    fields = [t if isinstance(f.dataType, StringType) else parsed_line.getField(f.name)
+              for f, t in zip(struct.fields, strings)]
+    typed = F.struct(*[c.alias(f.name) for f, c in zip(struct.fields, fields)])
     names = ", ".join(struct.fieldNames())
     structure = F.when(corrupt.isNotNull(), F.lit(f"not valid CSV: expected {len(struct.fields)} fields ({names})"))
     field_reasons = []
