@@ -292,14 +292,20 @@ def test_hostile_socket_lines_into_parquet_dead_letters(spark, tmp_path):
 
 @pytest.mark.timeout(900)
 def test_hostile_parquet_files_into_json_output(spark, tmp_path):
-    """Parquet files of hostile text (NUL, CR/LF, BOM, separators, non-BMP) -> running-count -> json output:
-    Parquet is typed already (no dead letters); every row is counted and the JSON reads back with pandas."""
+    """Parquet files of hostile text (NUL, CR/LF, BOM, separators, non-BMP, bytes that are not UTF-8) ->
+    running-count -> json output: Parquet is typed already (no dead letters); invalid bytes become U+FFFD;
+    every row is counted and the JSON reads back with pandas."""
     words = [h.word for h in draw(LINE) if h.expect == "good"]
     src = tmp_path / "in"
     src.mkdir()
     half = len(words) // 2
     for i, part in enumerate((words[:half], words[half:])):
         pq.write_table(pa.table({"word": pa.array(part, pa.string())}), src / f"part-{i}.parquet")
+    # Another writer's strings that are not UTF-8 (pyarrow writes them unchecked as a binary view):
+    # the source makes them valid text (U+FFFD), so the JSON output stays readable.
+    not_utf8 = [b"a\xffb", b"\xc0\xaf", b"\xed\xa0\x80x"]
+    pq.write_table(pa.table({"word": pa.array(not_utf8, pa.binary()).view(pa.string())}), src / "part-2.parquet")
+    words += [_replace(w) for w in not_utf8]
     out = tmp_path / "out"
     result = run_pipeline(spark, JobConfig(
         "running-count", source=f"files:{src}", sink=f"json:{out}", checkpoint=str(tmp_path / "ck"),
