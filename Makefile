@@ -43,11 +43,11 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP) pg kafka
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
-# Property-based fuzzing of hostile input (tests/io/test_hostile_*.py) with many more records per
-# stream than `make test` draws: FUZZ_EXAMPLES records (Hypothesis, derandomized: the same each run).
+# Property-based fuzzing of hostile input (every tests/io/test_hostile_*.py) with many more records per
+# stream than `make test` draws (60): FUZZ_EXAMPLES records (Hypothesis, derandomized: the same each run).
 FUZZ_EXAMPLES ?= 2000
 fuzz: $(STAMP) pg kafka
-	SPARKSTATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -n 0 tests/io/test_hostile_parse.py tests/io/test_hostile_bytes.py
+	SPARKSTATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -n 0 $(wildcard tests/io/test_hostile_*.py)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -86,6 +86,28 @@ KAFKA = st.one_of(LINE, st.just(Hostile("null value", None, "dead")),
                   _TEXT.map(lambda w: Hostile("CR/LF between tokens", b'{\r\n"word":\r\n' + json.dumps(w).encode()
                                               + b"\r\n}", "good", w)))
 
+# CSV records (a file with the header ``word``, one field per record). Spark's CSV reader escapes
+# with a backslash (not by doubling quotes), and skips a line that is blank once characters up to
+# U+0020 (NUL included) are trimmed: such lines are not records (see the README), so none is drawn.
+_CSV_TEXT = _TEXT.map(lambda w: "".join(c for c in w if c not in '\r\n"\\'))
+
+
+def _csv_line(value: bytes) -> bool:
+    return b"\n" not in value and b"\r" not in value and bool(bytes(b for b in value if b > 0x20))
+
+
+_csv_quoted = _CSV_TEXT.filter(lambda w: w != "").map(
+    lambda w: Hostile("quoted CSV field", b'"' + w.encode() + b'"', "good", w))
+_csv_plain = _CSV_TEXT.map(lambda w: w.replace(",", "")).filter(lambda w: _csv_line(w.encode())).map(
+    lambda w: Hostile("unquoted CSV field", w.encode(), "either"))
+_csv_fields = st.lists(st.text(alphabet="abc xyz", max_size=4), min_size=2, max_size=4).map(
+    lambda ws: Hostile("too many CSV fields", ",".join(ws).encode(), "dead"))
+_csv_empty = st.just(Hostile("empty quoted CSV field", b'""', "dead"))
+_csv_bytes = st.builds(lambda b, w: Hostile("invalid utf-8 in a CSV field", b'"' + w.encode() + b + b'"', "either"),
+                       _BAD_BYTES, st.text(alphabet="abc", max_size=4))
+#: Any record a CSV file line can be (one field, ``word``).
+CSV = st.one_of(_csv_quoted, _csv_plain, _csv_fields, _csv_empty, _csv_bytes).filter(lambda h: _csv_line(h.value))
+
 
 def draw(strategy: st.SearchStrategy, n: int = EXAMPLES) -> list[Hostile]:
     """Up to ``n`` records from ``strategy``, the same ones on every run (Hypothesis, derandomized).

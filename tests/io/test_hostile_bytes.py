@@ -18,12 +18,16 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import functions as F
 import pytest
 
 from sparkstate.jobs import JobConfig, run_pipeline
-from tests.io.hostile import KAFKA, LINE, Hostile, draw
+from sparkstate.synthetic.line_server import LineServer
+from tests.io.hostile import CSV, KAFKA, LINE, Hostile, draw
 
+DEAD_LETTER_COLUMNS = ("raw", "raw_bytes", "reason", "source", "received_at")
 #: A record near the broker's size limit (1 MB by default): truncated JSON, so a dead letter.
 NEAR_LIMIT = Hostile("near the size limit", b'{"word": "' + b"x" * 999_000, "dead")
 
@@ -41,7 +45,8 @@ def _pg_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def check_dead_letters(rows: list[dict], sent: list[tuple[Hostile, str | None]], text=_same) -> set[str]:
+def check_dead_letters(rows: list[dict], sent: list[tuple[Hostile, str | None]], text=_same,
+                       cut: frozenset[str] = frozenset()) -> set[str]:
     """``rows`` (raw, raw_bytes, reason, source) against ``sent`` (record, where); returns the dead positions.
 
     Every dead letter is a record that was sent, once, with a reason; every ``"dead"`` record is one;
@@ -54,6 +59,10 @@ def check_dead_letters(rows: list[dict], sent: list[tuple[Hostile, str | None]],
         assert r["source"] in by_where, r
         h = by_where[r["source"]]
         assert r["reason"], r
+        if r["source"] in cut:  # too large for one Kafka message: a preview, no raw_bytes
+            assert r["raw"] == _replace(h.value)[:1024] + "... [truncated]" and r["raw_bytes"] is None, r["reason"]
+            assert r["reason"].endswith(f"; raw_bytes left out: {len(h.value)} bytes do not fit in one Kafka message")
+            continue
         assert (bytes(r["raw_bytes"]) if r["raw_bytes"] is not None else None) == h.value, (h, r)
         if h.value is None:
             assert r["raw"] is None
@@ -103,25 +112,40 @@ def _read_parquet_everywhere(path: Path) -> list[dict]:
     return rows
 
 
+def _kafka_dead_letters(broker, topic: str) -> list[dict]:
+    """A ``kafka:`` dead-letter topic read back with a Kafka consumer: each message's JSON value."""
+    rows = []
+    for msg in broker.consume_all(topic):
+        value = json.loads(msg.value().decode("utf-8"))
+        # Spark's JSON leaves null columns out: a null value's dead letter has no raw nor raw_bytes.
+        assert {"reason", "source", "received_at"} <= set(value) <= set(DEAD_LETTER_COLUMNS), value
+        data = value.get("raw_bytes")
+        rows.append(dict(value, raw=value.get("raw"), raw_bytes=None if data is None else base64.b64decode(data)))
+    return rows
+
+
 @pytest.mark.timeout(900)
-def test_hostile_kafka_records_into_parquet_dead_letters(kafka_spark, kafka_broker, tmp_path):
-    """Kafka -> running-count -> parquet, dead letters to parquet: readable by pyarrow and pandas, bytes exact."""
+def test_hostile_kafka_records_into_kafka_dead_letters(kafka_spark, kafka_broker, tmp_path):
+    """Kafka -> running-count -> parquet (read by pyarrow and pandas), dead letters to a Kafka topic:
+    each read back with a Kafka consumer once, its position and reason with it, ``raw_bytes`` (base64) exact."""
     records = draw(KAFKA) + [NEAR_LIMIT, Hostile("not utf-8", b"\xff\xfe\x00\x01 not text", "dead")]
     topic = f"hostile-{uuid.uuid4().hex[:8]}"
     sent = _produce(kafka_broker, topic, records)
-    out, dead_dir = tmp_path / "counts", tmp_path / "dead"
+    out, dead_topic = tmp_path / "counts", f"{topic}-dead"
+    kafka_broker.create_topic(dead_topic, 1)
     result = run_pipeline(kafka_spark, JobConfig(
         "running-count", source=f"kafka:{kafka_broker.bootstrap}/{topic}", sink=f"parquet:{out}",
-        deadletter=f"parquet:{dead_dir}", checkpoint=str(tmp_path / "ck"), trigger="200 milliseconds", once=True,
-        options={"startingOffsets": "earliest"}))
+        deadletter=f"kafka:{kafka_broker.bootstrap}/{dead_topic}", checkpoint=str(tmp_path / "ck"),
+        trigger="200 milliseconds", once=True, options={"startingOffsets": "earliest"}))
     assert result.input_rows == len(records)
-    rows = _read_parquet_everywhere(dead_dir)
+    rows = _kafka_dead_letters(kafka_broker, dead_topic)
     assert result.dead_letters == len(rows)
-    dead = check_dead_letters(rows, sent)
-    frame = pd.read_parquet(dead_dir)
-    not_utf8 = frame[frame["source"] == sent[-1][1]]
-    assert not_utf8["raw_bytes"].tolist() == [b"\xff\xfe\x00\x01 not text"]
-    assert not_utf8["raw"].tolist() == ["\ufffd\ufffd\x00\x01 not text"]
+    dead = check_dead_letters(rows, sent, cut=frozenset({sent[-2][1]}))
+    by_where = {w: h for h, w in sent}
+    not_utf8 = [r for r in rows if r["source"] == sent[-1][1]]
+    assert [(r["raw_bytes"], r["raw"]) for r in not_utf8] == [(b"\xff\xfe\x00\x01 not text", "\ufffd\ufffd\x00\x01 not text")]
+    null_values = [r for r in rows if by_where[r["source"]].value is None]
+    assert null_values and all(r["raw"] is None and r["raw_bytes"] is None for r in null_values)
     counts = final_counts((r["word"], r["count"]) for r in _read_parquet_everywhere(out))
     check_counts(counts, sent, dead)
 
@@ -163,38 +187,163 @@ def _write_lines(path: Path, records: list[Hostile]) -> list[tuple[Hostile, str 
     return [(h, None) for h in records]
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("dead_sink", ["json", "delta"])
-def test_hostile_file_lines_into_file_dead_letters(spark, tmp_path, dead_sink):
-    """A JSON-lines file of hostile records -> json or delta dead letters: each sent record once, bytes exact."""
-    records = [h for h in draw(LINE) if h.value and b"\n" not in h.value and b"\r" not in h.value and h.value.strip()]
-    sent = _write_lines(tmp_path / "in", records)
-    dead_path = tmp_path / "dead"
-    result = run_pipeline(spark, JobConfig(
-        "running-count", source=f"files:{tmp_path / 'in'}", format="json", sink=f"parquet:{tmp_path / 'out'}",
-        deadletter=f"{dead_sink}:{dead_path}", checkpoint=str(tmp_path / "ck"), trigger="200 milliseconds",
-        once=True))
-    assert result.input_rows == len(records)
-    if dead_sink == "delta":
-        from deltalake import DeltaTable
+def _read_json_dead_letters(dead_path: Path) -> list[dict]:
+    rows = []
+    for f in sorted(dead_path.rglob("*.json")):
+        if "_spark_metadata" in f.parts or f.stat().st_size == 0:
+            continue
+        lines = [json.loads(line) for line in f.read_text(encoding="utf-8").split("\n") if line]
+        frame = pd.read_json(f, lines=True)  # pandas reads it too (raw_bytes is base64 in JSON)
+        assert len(frame) == len(lines) and {"raw", "raw_bytes", "reason", "source"} <= set(frame.columns)
+        rows += [dict(r, raw_bytes=base64.b64decode(r["raw_bytes"])) for r in lines]
+    return rows
 
-        table = DeltaTable(str(dead_path)).to_pyarrow_table()
-        rows = table.to_pylist()
-        table.to_pandas()
-        assert len(spark.read.format("parquet").load(str(dead_path)).collect()) >= len(rows)
-    else:
-        rows = []
-        for f in sorted(dead_path.rglob("*.json")):
-            if "_spark_metadata" in f.parts or f.stat().st_size == 0:
-                continue
-            lines = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines()]
-            frame = pd.read_json(f, lines=True)  # pandas reads it too (raw_bytes is base64 in JSON)
-            assert len(frame) == len(lines) and {"raw", "raw_bytes", "reason", "source"} <= set(frame.columns)
-            rows += [dict(r, raw_bytes=base64.b64decode(r["raw_bytes"])) for r in lines]
-    assert result.dead_letters == len(rows)
-    # A file's dead letters name the file, not the line: match them by their bytes instead.
-    assert Counter(bytes(r["raw_bytes"]) for r in rows) <= Counter(h.value for h in records)
-    assert Counter(h.value for h in records if h.expect == "dead") <= Counter(bytes(r["raw_bytes"]) for r in rows)
+
+def check_by_bytes(rows: list[dict], records: list[Hostile], decoded: bool = False) -> None:
+    """Dead letters whose ``source`` cannot tell records apart (a file of lines, a socket), matched by bytes.
+
+    ``decoded``: the source decoded the bytes as UTF-8 before sparkstate saw them (a socket), so
+    ``raw_bytes`` is the record with each invalid sequence already replaced by U+FFFD.
+    """
+    def as_read(value: bytes) -> bytes:
+        return _replace(value).encode("utf-8") if decoded else value
+
+    assert Counter(bytes(r["raw_bytes"]) for r in rows) <= Counter(as_read(h.value) for h in records)
+    assert Counter(as_read(h.value) for h in records if h.expect == "dead") <= Counter(bytes(r["raw_bytes"]) for r in rows)
     for r in rows:
         assert r["reason"] and r["source"]
         assert r["raw"] == _replace(bytes(r["raw_bytes"]))
+
+
+@pytest.mark.timeout(900)
+def test_hostile_csv_files_into_json_dead_letters(spark, tmp_path):
+    """CSV files (one hostile record each, so the file is its position) -> parquet, dead letters to json:
+    each bad record one dead letter naming its file, with a reason; every good field counted exactly."""
+    # ... and a record over the size limit: a dead letter (not typed, its raw cut), not a heap blow-up.
+    records = draw(CSV) + [Hostile("over the size limit", b"y" * 1_000_100, "dead")]
+    src = tmp_path / "in"
+    src.mkdir()
+    for i, h in enumerate(records):
+        (src / f"r{i:04d}.csv").write_bytes(b"word\n" + h.value + b"\n")
+    dead_path = tmp_path / "dead"
+    result = run_pipeline(spark, JobConfig(
+        "running-count", source=f"files:{src}", format="csv", sink=f"parquet:{tmp_path / 'out'}",
+        deadletter=f"json:{dead_path}", checkpoint=str(tmp_path / "ck"), trigger="200 milliseconds", once=True))
+    assert result.input_rows == len(records)
+    rows = _read_json_dead_letters(dead_path)
+    assert result.dead_letters == len(rows)
+    by_file = Counter(r["source"].rpartition("/")[2] for r in rows)
+    assert [f for f, n in by_file.items() if n > 1] == []
+    dead = {int(f[1:5]) for f in by_file}
+    assert [i for i, h in enumerate(records) if h.expect == "dead" and i not in dead] == []
+    for r in rows:
+        h = records[int(r["source"].rpartition("/")[2][1:5])]
+        assert h.expect != "good" and r["reason"], (h, r)
+        if len(r["raw_bytes"]) > 1_000_000:
+            assert r["raw"] == "y" * 1024 + "... [truncated]" and r["reason"].startswith("record is 1000100 bytes")
+        else:
+            assert r["raw"] == _replace(bytes(r["raw_bytes"]))
+        if h.expect == "dead":  # ASCII records: what the reader gives back is the line itself
+            assert bytes(r["raw_bytes"]) == h.value, (h, r)
+    sent = [(h, str(i)) for i, h in enumerate(records)]
+    counts = final_counts((r["word"], r["count"]) for r in _read_parquet_everywhere(tmp_path / "out"))
+    check_counts(counts, sent, {str(i) for i in dead})
+
+
+@pytest.mark.timeout(900)
+def test_hostile_file_lines_into_delta_dead_letters(spark, tmp_path):
+    """A JSON-lines file of hostile records -> delta dead letters: each sent record once, bytes exact."""
+    records = [h for h in draw(LINE) if h.value and b"\n" not in h.value and b"\r" not in h.value and h.value.strip()]
+    _write_lines(tmp_path / "in", records)
+    dead_path = tmp_path / "dead"
+    result = run_pipeline(spark, JobConfig(
+        "running-count", source=f"files:{tmp_path / 'in'}", format="json", sink=f"parquet:{tmp_path / 'out'}",
+        deadletter=f"delta:{dead_path}", checkpoint=str(tmp_path / "ck"), trigger="200 milliseconds",
+        once=True))
+    assert result.input_rows == len(records)
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(dead_path)).to_pyarrow_table()
+    rows = table.to_pylist()
+    table.to_pandas()
+    assert len(spark.read.format("parquet").load(str(dead_path)).collect()) >= len(rows)
+    assert result.dead_letters == len(rows)
+    # A file's dead letters name the file, not the line: match them by their bytes instead.
+    check_by_bytes(rows, records)
+
+
+@pytest.mark.timeout(900)
+def test_hostile_socket_lines_into_parquet_dead_letters(spark, tmp_path):
+    """JSON lines on a TCP socket (invalid UTF-8 bytes included) -> parquet dead letters, read by pyarrow and
+    pandas: each bad line once, naming the socket, with a reason; every good line counted."""
+    records = [h for h in draw(LINE) if h.value and b"\n" not in h.value and b"\r" not in h.value and h.value.strip()]
+    dead_path = tmp_path / "dead"
+    with LineServer([h.value for h in records]) as server:
+        result = run_pipeline(spark, JobConfig(
+            "running-count", source=f"socket:{server.port}", sink=f"parquet:{tmp_path / 'out'}",
+            deadletter=f"parquet:{dead_path}", checkpoint=str(tmp_path / "ck"), trigger="200 milliseconds",
+            once=True))
+    assert result.input_rows == len(records)
+    rows = _read_parquet_everywhere(dead_path)
+    assert result.dead_letters == len(rows)
+    assert {r["source"] for r in rows} <= {f"socket:127.0.0.1:{server.port}"}
+    check_by_bytes(rows, records, decoded=True)
+    counts = final_counts((r["word"], r["count"]) for r in _read_parquet_everywhere(tmp_path / "out"))
+    assert sum(counts.values()) == len(records) - len(rows)
+    want = Counter(h.word for h in records if h.expect == "good")
+    assert {w: n for w, n in want.items() if counts.get(w, 0) < n} == {}
+
+
+@pytest.mark.timeout(900)
+def test_hostile_parquet_files_into_json_output(spark, tmp_path):
+    """Parquet files of hostile text (NUL, CR/LF, BOM, separators, non-BMP, bytes that are not UTF-8) ->
+    running-count -> json output: Parquet is typed already (no dead letters); invalid bytes become U+FFFD;
+    every row is counted and the JSON reads back with pandas."""
+    words = [h.word for h in draw(LINE) if h.expect == "good"]
+    src = tmp_path / "in"
+    src.mkdir()
+    half = len(words) // 2
+    for i, part in enumerate((words[:half], words[half:])):
+        pq.write_table(pa.table({"word": pa.array(part, pa.string())}), src / f"part-{i}.parquet")
+    # Another writer's strings that are not UTF-8 (pyarrow writes them unchecked as a binary view):
+    # the source makes them valid text (U+FFFD), so the JSON output stays readable.
+    not_utf8 = [b"a\xffb", b"\xc0\xaf", b"\xed\xa0\x80x"]
+    pq.write_table(pa.table({"word": pa.array(not_utf8, pa.binary()).view(pa.string())}), src / "part-2.parquet")
+    words += [_replace(w) for w in not_utf8]
+    out = tmp_path / "out"
+    result = run_pipeline(spark, JobConfig(
+        "running-count", source=f"files:{src}", sink=f"json:{out}", checkpoint=str(tmp_path / "ck"),
+        trigger="200 milliseconds", once=True))
+    assert result.input_rows == len(words) and result.dead_letters == 0
+    rows = []
+    for f in sorted(out.rglob("*.json")):
+        if "_spark_metadata" in f.parts or f.stat().st_size == 0:
+            continue
+        lines = [json.loads(line) for line in f.read_text(encoding="utf-8").split("\n") if line]
+        assert len(pd.read_json(f, lines=True, dtype=False)) == len(lines)
+        rows += lines
+    assert final_counts((r["word"], r["count"]) for r in rows) == dict(Counter(words))
+
+
+@pytest.mark.timeout(900)
+def test_hostile_file_lines_into_console_dead_letters(spark, tmp_path, capsys):
+    """Hostile JSON lines -> console dead letters (what ``sparkstate run --deadletter console`` prints):
+    the job runs to its end and stdout shows every dead letter's reason."""
+    records = [h for h in draw(LINE) if h.value and b"\n" not in h.value and b"\r" not in h.value and h.value.strip()]
+    _write_lines(tmp_path / "in", records)
+    result = run_pipeline(spark, JobConfig(
+        "running-count", source=f"files:{tmp_path / 'in'}", format="json", sink=f"parquet:{tmp_path / 'out'}",
+        deadletter="console", checkpoint=str(tmp_path / "ck"), trigger="200 milliseconds", once=True))
+    out = capsys.readouterr().out
+    assert result.stopped_by == "caught_up" and result.input_rows == len(records)
+    assert "Dead letters, batch" in out
+    # The same records in a batch read: the reasons the console must show.
+    from sparkstate.io.parse import parse_json
+
+    lines = spark.createDataFrame([(h.value,) for h in records], "value binary").select(
+        F.col("value").cast("string").alias("value"))
+    reasons = Counter(r.reason for r in parse_json(lines, "word string", source="x").dead_letters.collect())
+    assert sum(reasons.values()) == result.dead_letters
+    assert reasons and [r for r in reasons if r not in out] == []
+    counts = final_counts((r["word"], r["count"]) for r in _read_parquet_everywhere(tmp_path / "out"))
+    assert sum(counts.values()) == len(records) - result.dead_letters

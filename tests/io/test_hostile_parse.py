@@ -90,3 +90,48 @@ def test_csv_fields_reach_the_output_as_valid_text(spark, line):
     assert len(rows) == 1
     for r in p.dead_letters.toArrow().to_pylist():
         assert r["raw_bytes"] == line and r["reason"]
+
+
+def test_csv_files_empty_quoted_field_and_nul_have_their_documented_fate(spark, tmp_path):
+    """Spark's CSV reader on files: ``""`` is an empty field (a dead letter, not a failed batch); NUL, a BOM
+    and surrounding spaces stay in a string field; a line of only NUL is blank (skipped by the reader)."""
+    from sparkstate.io.parse import check_csv_tokens, csv_read_options, csv_string_schema, to_struct
+
+    lines = [b'""', b'"a\x00b"', b"\xef\xbb\xbfbom", b" sp ", b"a,b", b"\x00", b"ok"]
+    (tmp_path / "in.csv").write_bytes(b"word\n" + b"\n".join(lines) + b"\n")
+    struct = to_struct("word string")
+    tokens = spark.read.schema(csv_string_schema(struct)).options(header="true", **csv_read_options()).csv(
+        str(tmp_path / "in.csv"))
+    parsed = check_csv_tokens(tokens, struct, source=F.lit("f"))
+    assert sorted(r.word for r in parsed.events.collect()) == sorted(["a\x00b", "\ufeffbom", " sp ", "ok"])
+    dead = sorted((r.raw, r.reason) for r in parsed.dead_letters.collect())
+    assert dead == [('""', "field word is empty"), ("a,b", "not valid CSV: expected 1 fields (word)")]
+
+
+def test_csv_records_are_parsed_once_per_step_with_bounded_buffers(spark, tmp_path):
+    """The heap regression of the CSV fuzz stream: Spark's optimizer copied each from_csv into every
+    filter and column reading it (12 to 123 copies in a plan, each a univocity parser with a 2 MB
+    buffer per task). Now a file's records are typed by one from_csv, lines split and typed by two,
+    and every CSV parser reads a bounded number of characters at a time."""
+    from sparkstate.io.parse import CSV_INPUT_BUFFER_CHARS, check_csv_tokens, csv_read_options, csv_string_schema, to_struct
+
+    (tmp_path / "in.csv").write_bytes(b"word,n,t\na,1,2024-01-01T00:00:00Z\nb,x,2024-01-01T00:00:00Z\nc\n")
+    struct = to_struct("word string, n bigint, t timestamp")
+    assert int(csv_read_options()["inputBufferSize"]) == CSV_INPUT_BUFFER_CHARS <= 65536
+    tokens = spark.read.schema(csv_string_schema(struct)).options(header="true", **csv_read_options()).csv(
+        str(tmp_path / "in.csv"))
+    files = check_csv_tokens(tokens, struct, source=F.lit("f"))
+    lines = parse_csv(spark.createDataFrame([("a,1,2024-01-01T00:00:00Z",), ("b,x,2024-01-01T00:00:00Z",), ("c",)],
+                                            "value string"), struct)
+    for parsed, parses in ((files, 1), (lines, 2)):
+        for frame in (parsed.events, parsed.dead_letters):
+            plan = frame._jdf.queryExecution().executedPlan().toString()
+            assert plan.count("from_csv(") == parses, plan
+            assert plan.count(f"(inputBufferSize,{CSV_INPUT_BUFFER_CHARS})") >= parses
+        assert [r.word for r in parsed.events.collect()] == ["a"]
+        assert sorted(r.reason for r in parsed.dead_letters.collect()) == [
+            "field n: expected bigint, got 'x'", "not valid CSV: expected 3 fields (word, n, t)"]
+    # Only strings: the tokens are the values, no typing parse at all.
+    only_strings = check_csv_tokens(tokens.select("word", F.lit(None).cast("string").alias("_sparkstate_corrupt")),
+                                    "word string", source=F.lit("f"))
+    assert "from_csv(" not in only_strings.events._jdf.queryExecution().executedPlan().toString()

@@ -13,7 +13,10 @@ carries what a consumer needs to drop the repeats, in its headers:
   rest (:func:`dedupe` does so).
 
 The message key is the row's key column (the first column: ``user_id`` for the ready
-pipelines) as a string, so all messages of a key land in one partition, in order. The value is
+pipelines; a dead letter's ``source``) as a string, so all messages of a key land in one
+partition, in order. A dead letter too large for one message (a record near the 1 MB limit:
+``raw`` and base64 ``raw_bytes`` make twice that) keeps 1,024 characters of ``raw``, and leaves
+``raw_bytes`` out, saying so in its reason, if it still does not fit. The value is
 the row as JSON (``to_json``: timestamps ISO-8601), exactly the columns the Parquet sink
 would write.
 
@@ -39,6 +42,38 @@ BATCH_ID_HEADER = "sparkstate.batch_id"
 RECORD_ID_HEADER = "sparkstate.record_id"
 
 
+#: The columns of a dead letter (:data:`sparkstate.io.parse.DEAD_LETTER_SCHEMA`).
+DEAD_LETTER_COLUMNS = ("raw", "raw_bytes", "reason", "source", "received_at")
+#: The most bytes a dead letter's JSON may take: under the producer's and the broker's default
+#: limit of 1 MB per message (``max.request.size``, ``message.max.bytes``), with room for the key and headers.
+MAX_DEAD_LETTER_BYTES = 1_000_000
+_PREVIEW_CHARS = 1024
+
+
+def _fit_dead_letter(full):
+    """A dead letter's JSON, made to fit :data:`MAX_DEAD_LETTER_BYTES`.
+
+    A record near the source's size limit does not fit twice (``raw`` and base64 ``raw_bytes``)
+    in one message: its ``raw`` is cut to 1,024 characters first; if ``raw_bytes`` still does not
+    fit, it is left out and the reason says so (a batch never fails on a large dead letter).
+    """
+    from pyspark.sql import functions as F
+
+    raw = F.col("raw")
+    short_raw = F.when(F.char_length(raw) > _PREVIEW_CHARS,
+                       F.concat(F.substring(raw, 1, _PREVIEW_CHARS), F.lit("... [truncated]"))).otherwise(raw)
+    rest = [F.col("reason"), F.col("source"), F.col("received_at")]
+    cut_raw = F.to_json(F.struct(short_raw.alias("raw"), F.col("raw_bytes"), *rest))
+    no_bytes = F.to_json(F.struct(
+        short_raw.alias("raw"),
+        F.concat(F.col("reason"), F.lit("; raw_bytes left out: "), F.octet_length(F.col("raw_bytes")).cast("string"),
+                 F.lit(" bytes do not fit in one Kafka message")).alias("reason"),
+        F.col("source"), F.col("received_at")))
+    return (F.when(F.octet_length(full) <= MAX_DEAD_LETTER_BYTES, full)
+            .when(F.octet_length(cut_raw) <= MAX_DEAD_LETTER_BYTES, cut_raw)
+            .otherwise(no_bytes))
+
+
 class KafkaBatchWriter:
     """The ``foreachBatch`` function of the ``kafka:BROKERS/TOPIC`` sink (at-least-once; see the module)."""
 
@@ -58,8 +93,11 @@ class KafkaBatchWriter:
         from pyspark.sql import functions as F
 
         cols = batch_df.columns
-        key = self.key_column or cols[0]
+        dead_letters = cols == list(DEAD_LETTER_COLUMNS)
+        key = self.key_column or ("source" if dead_letters else cols[0])
         value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in cols]))
+        if dead_letters:
+            value = _fit_dead_letter(value)
         key_text = F.col(f"`{key}`").cast("string")
         record_id = F.sha2(F.concat_ws("\u0000", F.lit(str(batch_id)), F.coalesce(key_text, F.lit("")), value), 256)
         headers = F.array(

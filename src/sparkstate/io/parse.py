@@ -55,6 +55,11 @@ _VALUE_PREVIEW_CHARS = 60
 # Internal column names of the checked frame.
 RAW, REASON, SOURCE = "_sparkstate_raw", "_sparkstate_reason", "_sparkstate_source"
 _CORRUPT = "_sparkstate_corrupt"
+_TYPED = "_sparkstate_typed"
+#: The characters Spark's CSV parser (univocity) reads at a time, per parser. Its default, 1M
+#: characters, is a 2 MB array for every parser (each file read, each from_csv in each task): a
+#: "humongous" object for the JVM's G1 collector that fragments a 1 GB heap until it runs out.
+CSV_INPUT_BUFFER_CHARS = 16384
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,17 @@ def _split(checked: DataFrame, schema: StructType, max_record_bytes: int) -> Par
     return Parsed(events, dead, checked)
 
 
+def _once(line: Column) -> Column:
+    """``line`` made non-deterministic (its value unchanged), so that a parse of it stays one column.
+
+    Spark's optimizer copies a deterministic expression into every filter and column that reads
+    its alias (pushing ``reason IS NULL`` through the projection, merging projections), so one
+    ``from_csv`` per record became 12 to 120 copies in a plan, each with its own parser and buffer
+    per task. A non-deterministic expression is never copied: the parse runs once per record and step.
+    """
+    return F.when(F.monotonically_increasing_id() >= 0, line)
+
+
 def _not_blank(raw: Column) -> Column:
     return raw.isNull() | (F.trim(raw) != "")
 
@@ -279,9 +295,20 @@ def csv_read_options(options: Mapping[str, str] | None = None) -> dict[str, str]
     >>> csv_read_options({"sep": ";", "mode": "FAILFAST"})["mode"]
     'PERMISSIVE'
     """
-    opts = {k: str(v) for k, v in (options or {}).items()}
+    opts = {"inputBufferSize": str(CSV_INPUT_BUFFER_CHARS), **{k: str(v) for k, v in (options or {}).items()}}
     opts.update({"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT})
     return opts
+
+
+def csv_parse_options(options: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The CSV options of ``to_csv``/``from_csv`` when typing tokens: the user's parser options
+    (not the reader's ``mode``, corrupt column nor ``header``) and a bounded input buffer.
+
+    >>> csv_parse_options({"sep": ";", "header": "true"})
+    {'inputBufferSize': '16384', 'sep': ';'}
+    """
+    opts = {k: str(v) for k, v in (options or {}).items() if k not in ("mode", "columnNameOfCorruptRecord", "header")}
+    return {"inputBufferSize": str(CSV_INPUT_BUFFER_CHARS), **opts}
 
 
 def check_csv_tokens(
@@ -309,27 +336,44 @@ def check_csv_tokens(
     struct = to_struct(schema)
     need = required_fields(struct, required)
     limit = _check_max(max_record_bytes)
-    opts = {k: str(v) for k, v in (options or {}).items() if k not in ("mode", "columnNameOfCorruptRecord", "header")}
+    opts = csv_parse_options(options)
     strings = [F.col(f"`{f.name}`") for f in struct.fields]
     corrupt = F.col(_CORRUPT)
-    text_line = F.to_csv(F.struct(*strings), opts)
+    # to_csv fails on a row whose fields are all null (a lone quoted empty field): write it by hand.
+    sep = opts.get("sep", opts.get("delimiter", ","))
+    all_empty = sep * (len(strings) - 1) if len(strings) > 1 else '""'
+    text_line = F.when(F.coalesce(*strings).isNull(), F.lit(all_empty)).otherwise(F.to_csv(F.struct(*strings), opts))
     raw_col = raw if raw is not None else F.coalesce(corrupt, text_line)
-    typed = F.from_csv(text_line, _ddl(struct), {**opts, "mode": "PERMISSIVE"})
+    # Step 1: the tokens, the record's text and its origin, each computed once.
+    step = tokens.select(*strings, corrupt, raw_col.alias(RAW), _source_col(source).alias(SOURCE))
+    # Step 2: the fields that are not strings typed by ONE from_csv per record (a string field is its
+    # token as read: the CSV round trip would lose a NUL, Spark's "no character"), and only for a
+    # record within the size limit and of the right shape: one parser (its buffer bounded by
+    # csv_parse_options) per task, whatever the record.
+    typed_fields = [f for f in struct.fields if not isinstance(f.dataType, StringType)]
+    if typed_fields:
+        fits = (F.octet_length(F.col(RAW)) <= limit) & corrupt.isNull()
+        line = F.when(fits, F.when(F.coalesce(*strings).isNull(), F.lit(all_empty))
+                      .otherwise(F.to_csv(F.struct(*strings), opts)))
+        step = step.select("*", F.from_csv(_once(line), _ddl(struct), {**opts, "mode": "PERMISSIVE"}).alias(_TYPED))
+    typed = {f.name: F.col(_TYPED).getField(f.name) for f in typed_fields}
+    fields = [typed.get(f.name, t) for f, t in zip(struct.fields, strings)]
     names = ", ".join(struct.fieldNames())
     structure = F.when(corrupt.isNotNull(), F.lit(f"not valid CSV: expected {len(struct.fields)} fields ({names})"))
     field_reasons = []
-    for f, token in zip(struct.fields, strings):
+    for f, token, value in zip(struct.fields, strings, fields):
         if f.name in need:
             field_reasons.append(F.when(token.isNull(), F.lit(f"field {f.name} is empty")))
-        field_reasons.append(_type_reason(f.name, f.dataType.simpleString(), token, typed.getField(f.name)))
+        if f.name in typed:
+            field_reasons.append(_type_reason(f.name, f.dataType.simpleString(), token, value))
     reason = F.coalesce(
-        _too_large(raw_col, limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
+        _too_large(F.col(RAW), limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
     )
-    checked = tokens.select(
-        *[typed.getField(f.name).alias(f.name) for f in struct.fields],
-        raw_col.alias(RAW),
+    checked = step.select(
+        *[c.alias(f.name) for f, c in zip(struct.fields, fields)],
+        F.col(RAW),
         reason.alias(REASON),
-        _source_col(source).alias(SOURCE),
+        F.col(SOURCE),
     )
     return _split(checked, struct, limit)
 
@@ -358,13 +402,16 @@ def parse_csv(
         raise ConfigError(f"parse_csv: column {column!r} is not in the input; its columns are {', '.join(raw.columns)}")
     v = F.col(f"`{column}`")
     size_ok = F.when(F.octet_length(v) <= limit, v)
-    tokens = F.from_csv(size_ok, _ddl(csv_string_schema(struct)), csv_read_options(options))
-    split = raw.where(_not_blank(v)).select(
-        *[tokens.getField(f.name).alias(f.name) for f in struct.fields],
+    # The line split once (one from_csv per record, behind a barrier as in check_csv_tokens).
+    once = raw.where(_not_blank(v)).select(
+        F.from_csv(_once(size_ok), _ddl(csv_string_schema(struct)), csv_read_options(options)).alias(_TYPED),
+        v.alias(RAW), _source_col(source).alias(SOURCE))
+    split = once.select(
+        *[F.col(_TYPED).getField(f.name).alias(f.name) for f in struct.fields],
         # A null line (or one too large to parse) has no tokens: mark it corrupt unless too large.
-        F.when(v.isNull(), F.lit("")).otherwise(tokens.getField(_CORRUPT)).alias(_CORRUPT),
-        v.alias(RAW),
-        _source_col(source).alias(SOURCE),
+        F.when(F.col(RAW).isNull(), F.lit("")).otherwise(F.col(_TYPED).getField(_CORRUPT)).alias(_CORRUPT),
+        F.col(RAW),
+        F.col(SOURCE),
     )
     return check_csv_tokens(
         split, struct, source=F.col(SOURCE), raw=F.col(RAW), required=required,
@@ -378,6 +425,7 @@ __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "Parsed",
     "check_csv_tokens",
+    "csv_parse_options",
     "csv_read_options",
     "csv_string_schema",
     "parse_csv",

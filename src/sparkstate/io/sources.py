@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructType
 
 from ..errors import ConfigError
 from . import connectors
@@ -242,7 +242,11 @@ def _open_files(spark: "SparkSession", spec: SourceSpec, fmt: Format, struct: St
     try:
         if fmt == "parquet":
             df = spark.readStream.schema(struct).options(**opts).parquet(path)
-            return df.select(*[F.col(f"`{n}`") for n in struct.fieldNames()]), None, None
+            # A Parquet string may hold bytes that are not UTF-8 (another writer wrote them): made valid
+            # text (each invalid sequence U+FFFD), so no output sink writes an unreadable file.
+            cols = [F.make_valid_utf8(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, StringType)
+                    else F.col(f"`{f.name}`") for f in struct.fields]
+            return df.select(*cols), None, None
         if fmt == "csv":
             csv_opts = {"header": "true", **csv_read_options(opts)}
             tokens = spark.readStream.schema(csv_string_schema(struct)).options(**csv_opts).csv(path)

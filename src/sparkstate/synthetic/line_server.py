@@ -24,14 +24,15 @@ from ..errors import ConfigError
 
 log = logging.getLogger("sparkstate.synthetic")
 
-Lines = Iterable[str] | Callable[[], Iterable[str]]
+Lines = Iterable[str | bytes] | Callable[[], Iterable[str | bytes]]
 
 
 class LineServer:
     """A TCP server on ``host:port`` sending ``lines`` (one ``\\n``-terminated line each) to every client.
 
     ``lines`` is a sequence (sent whole to each client) or a callable returning a fresh iterable
-    per client (for endless streams). ``rate``: lines per second per client (``None``: as fast
+    per client (for endless streams); a ``str`` line is sent as UTF-8, a ``bytes`` line as it is
+    (to serve bytes that are not valid UTF-8). ``rate``: lines per second per client (``None``: as fast
     as the client reads). ``hold=True`` keeps a connection open after the last line until the
     server closes, as a live source would; ``hold=False`` closes it (the client sees the end).
     Use it as a context manager, or call :meth:`close`.
@@ -100,7 +101,10 @@ class LineServer:
                     delay = started + i / self.rate - time.monotonic()
                     if delay > 0 and self._stop.wait(delay):
                         return
-                conn.sendall((line.rstrip("\n") + "\n").encode("utf-8"))
+                if isinstance(line, (bytes, bytearray)):  # sent as they are, invalid UTF-8 included
+                    conn.sendall(bytes(line).rstrip(b"\n") + b"\n")
+                else:
+                    conn.sendall((line.rstrip("\n") + "\n").encode("utf-8"))
                 with self._lock:
                     self.lines_sent += 1
             if self.hold:
