@@ -31,6 +31,7 @@ import time
 import urllib.request
 import zipfile
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -176,11 +177,12 @@ class Cluster:
     env: dict[str, str]
     url: str = ""
     ui: str = ""
+    workers: int = WORKERS
     procs: dict[str, tuple[subprocess.Popen, Path]] = field(default_factory=dict)
 
     @property
     def worker_pids(self) -> list[int]:
-        return [self.procs[f"worker {i}"][0].pid for i in range(WORKERS)]
+        return [self.procs[f"worker {i}"][0].pid for i in range(self.workers)]
 
     def executors(self) -> dict[int, int]:
         """Running executor JVMs: pid -> index of the worker that started it."""
@@ -216,8 +218,8 @@ def _cluster_env(root: Path) -> dict[str, str]:
     return env
 
 
-def _start(root: Path) -> Cluster:
-    cluster = Cluster(root, _cluster_env(root))
+def _start(root: Path, workers: int = WORKERS) -> Cluster:
+    cluster = Cluster(root, _cluster_env(root), workers=workers)
     log = root / "master.log"
     cluster.procs["master"] = (_spawn([SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", HOST,
                                        "--port", "0", "--webui-port", "0"], log, cluster.env, root), log)
@@ -229,24 +231,25 @@ def _start(root: Path) -> Cluster:
         return (url.group(1), ui.group(1)) if url and ui else None
 
     cluster.url, cluster.ui = _wait("master", master_ready, 120, cluster.procs)
-    for i in range(WORKERS):
+    for i in range(workers):
         work = root / f"worker{i}"
         work.mkdir()
         wlog = root / f"worker{i}.log"
         cluster.procs[f"worker {i}"] = (_spawn(
             [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", "0", "--webui-port", "0",
              "--cores", "1", "--memory", "1g", "--work-dir", work, cluster.url], wlog, cluster.env, work), wlog)
-    _wait("two registered workers", lambda: cluster.state()["aliveworkers"] == WORKERS, 120, cluster.procs)
+    _wait(f"{workers} registered workers", lambda: cluster.state()["aliveworkers"] == workers, 120, cluster.procs)
     return cluster
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("cluster")
+@contextmanager
+def running_cluster(root: Path, workers: int = WORKERS) -> Iterator[Cluster]:
+    """A standalone cluster under ``root`` (a master, ``workers`` workers of one core each); every
+    process it started is stopped on the way out, and any left running is named."""
     started: list[int] = []
     c = None
     try:
-        c = _start(root)
+        c = _start(root, workers)
         started = [p.pid for p, _ in c.procs.values()]
         yield c
     finally:
@@ -266,6 +269,12 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
             alive = [p for p in alive if _state(p) not in ("Z", "gone")]
         assert not alive, f"processes left running after the cluster stopped: " \
             f"{[(p, _state(p), ' '.join(_cmdline(p))[:200]) for p in alive]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
 
 
 def _state(pid: int) -> str:
