@@ -70,11 +70,13 @@ def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any
     root.mkdir(parents=True)
     events = write_words(root / "in", args.files, args.rows, args.keys)
     conf, logs = root / "driver-conf", root / "events"
-    conf.mkdir()
-    logs.mkdir()
+    for d in (conf, logs, root / "cluster"):
+        d.mkdir()
     (conf / "spark-defaults.conf").write_text(
         f"spark.sql.shuffle.partitions {args.partitions}\nspark.eventLog.enabled true\n"
-        f"spark.eventLog.dir file://{logs}\nspark.executor.memory 768m\n")
+        f"spark.eventLog.dir file://{logs}\nspark.executor.memory 768m\n"
+        # every worker's executor registered before the first job (else a slow start runs it on fewer)
+        "spark.scheduler.minRegisteredResourcesRatio 1.0\nspark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
     with running_cluster(root / "cluster", workers) as cluster:
         metrics, log = root / "metrics.jsonl", root / "driver.log"
         started = time.monotonic()

@@ -688,3 +688,37 @@ def test_spark_submit_ships_sparkstate_as_a_zip(cluster, tmp_path):
 
 def _json_lines(directory: Path) -> list[str]:
     return [line for f in sorted(directory.glob("part-*.json")) for line in f.read_text().splitlines() if line]
+
+
+def test_six_state_partitions_run_six_stateful_tasks_on_both_workers(cluster, tmp_path):
+    """A new checkpoint at 6 state partitions (the cluster's spark-defaults.conf) gets the batched
+    engine's buckets for 6: every partition's task writes state, on both workers; the counts are exact."""
+    from benchmarks.scaleout import stateful_tasks
+
+    land, events, conf = tmp_path / "in", tmp_path / "events", tmp_path / "conf"
+    for d in (land, events, conf):
+        d.mkdir()
+    words = [f"w{i % 300}" for i in range(1200)]
+    (land / "a.json").write_text("".join(json.dumps({"word": w}) + "\n" for w in words))
+    (conf / "spark-defaults.conf").write_text(
+        f"spark.sql.shuffle.partitions 6\nspark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
+        "spark.scheduler.minRegisteredResourcesRatio 1.0\nspark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
+    log = tmp_path / "driver.log"
+    driver = _spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{land}",
+                     "--format", "json", "--sink", f"json:{tmp_path / 'out'}", "--checkpoint", tmp_path / "ck",
+                     "--once", "--no-progress"], log, _driver_env(cluster, SPARK_CONF_DIR=str(conf)), tmp_path)
+    try:
+        code = driver.wait(timeout=300)
+    finally:
+        if driver.poll() is None:
+            _stop_tree([driver.pid])
+            driver.wait(timeout=30)
+    assert code == 0, _tail(log, 60)
+    counts: dict[str, int] = {}
+    for f in (tmp_path / "out").rglob("part-*.json"):
+        for r in map(json.loads, f.read_text().splitlines()):
+            counts[r["word"]] = max(counts.get(r["word"], 0), r["count"])
+    assert counts == Counter(words)
+    stages = stateful_tasks(events)
+    assert [sorted(t["partition"] for t in s["tasks"]) for s in stages] == [list(range(6))], stages
+    assert len({t["executor"] for t in stages[0]["tasks"]}) == WORKERS, stages
