@@ -11,7 +11,7 @@ stateful cost per event divided over the cores, plus the per-batch overhead meas
 part of a batch no task accounts for: planning, offsets, commits). Workers that share a small
 machine cannot show real scale-out; the per-task cost is what carries over.
 
-    python -m benchmarks.scaleout [--workers 1,2,3] [--keys 20000] [--files 6] [--rows 40000] [--json FILE]
+    python -m benchmarks.scaleout [--workers 1,2,3] [--keys 5000] [--files 3] [--rows 10000] [--json FILE]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def write_words(directory: Path, files: int, rows: int, keys: int) -> int:
 
 
 def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from tests.reliability.test_cluster import SCRIPT, _spawn, _tail, running_cluster
+    from tests.reliability.test_cluster import SCRIPT, _spawn, _stop_tree, _tail, running_cluster
 
     root.mkdir(parents=True)
     events = write_words(root / "in", args.files, args.rows, args.keys)
@@ -84,7 +84,12 @@ def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any
                          "--format", "json", "--max-batch-files", "1", "--sink", f"json:{root / 'out'}",
                          "--checkpoint", root / "ck", "--once", "--metrics", metrics, "--no-progress"],
                         log, {**cluster.env, "SPARK_CONF_DIR": str(conf)}, root)
-        code = driver.wait(timeout=args.timeout)
+        try:
+            code = driver.wait(timeout=args.timeout)
+        finally:
+            if driver.poll() is None:  # interrupted or timed out: the driver goes with the cluster
+                _stop_tree([driver.pid])
+                driver.wait(timeout=30)
         wall = time.monotonic() - started
         if code != 0:
             raise SystemExit(f"{workers} worker(s): the job failed ({code}):\n{_tail(log, 40)}")
@@ -129,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", default="1,2,3")
     ap.add_argument("--partitions", type=int, default=6)
-    ap.add_argument("--keys", type=int, default=20000)
-    ap.add_argument("--files", type=int, default=6, help="micro-batches")
-    ap.add_argument("--rows", type=int, default=40000, help="events per micro-batch")
+    ap.add_argument("--keys", type=int, default=5000)
+    ap.add_argument("--files", type=int, default=3, help="micro-batches")
+    ap.add_argument("--rows", type=int, default=10000, help="events per micro-batch")
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores-per-node", type=int, default=4)
     ap.add_argument("--timeout", type=float, default=1200)
