@@ -34,7 +34,7 @@ def stateful_tasks(event_dir: Path) -> list[dict[str, Any]]:
     """The stateful stages of the applications logged in ``event_dir``: per stage, the tasks that
     updated state (partition, executor, run time in ms)."""
     stages: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for log in sorted(event_dir.iterdir()):
+    for log in sorted(p for p in event_dir.rglob("*") if p.is_file()):  # one plain file per application
         for line in log.read_text(errors="replace").splitlines():
             if '"SparkListenerTaskEnd"' not in line:
                 continue
@@ -74,7 +74,8 @@ def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any
         d.mkdir()
     (conf / "spark-defaults.conf").write_text(
         f"spark.sql.shuffle.partitions {args.partitions}\nspark.eventLog.enabled true\n"
-        f"spark.eventLog.dir file://{logs}\nspark.executor.memory 768m\n"
+        f"spark.eventLog.dir file://{logs}\nspark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"
+        "spark.executor.memory 768m\n"
         # every worker's executor registered before the first job (else a slow start runs it on fewer)
         "spark.scheduler.minRegisteredResourcesRatio 1.0\nspark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
     with running_cluster(root / "cluster", workers) as cluster:

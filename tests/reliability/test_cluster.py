@@ -702,13 +702,14 @@ def test_six_state_partitions_run_six_stateful_tasks_on_both_workers(cluster, tm
     (land / "a.json").write_text("".join(json.dumps({"word": w}) + "\n" for w in words))
     (conf / "spark-defaults.conf").write_text(
         f"spark.sql.shuffle.partitions 6\nspark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
+        "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"  # one plain JSON-lines file
         "spark.scheduler.minRegisteredResourcesRatio 1.0\nspark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
     log = tmp_path / "driver.log"
     driver = _spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{land}",
                      "--format", "json", "--sink", f"json:{tmp_path / 'out'}", "--checkpoint", tmp_path / "ck",
                      "--once", "--no-progress"], log, _driver_env(cluster, SPARK_CONF_DIR=str(conf)), tmp_path)
     try:
-        code = driver.wait(timeout=300)
+        code = driver.wait(timeout=900)
     finally:
         if driver.poll() is None:
             _stop_tree([driver.pid])
