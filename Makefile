@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-loop soak install clean pg kafka fuzz
+.PHONY: demo test bench bench-loop bench-scaleout soak install clean pg kafka fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ bench: $(STAMP)
 
 bench-loop: $(STAMP)
 	$(PY) -m benchmarks.loop $(LOOP_ARGS)
+
+# Scale-out (benchmarks/scaleout.py): running-count on a standalone cluster of 1, 2 and 3 one-core
+# workers started here; stateful tasks per stage, events/s, and a 100-node projection from the
+# measured per-task cost. SCALEOUT_ARGS="--rows 20000" to change it.
+bench-scaleout: $(STAMP)
+	$(PY) -m benchmarks.scaleout $(SCALEOUT_ARGS)
 
 # Soak run (benchmarks/soak.py): sessionize on the generator at a fixed rate for 10 minutes; exits 1
 # unless batch duration and state stay flat. SOAK_ARGS="--minutes 2 --rate 300" to change it.

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from .durations import Duration, positive_ms
 from .engines import DEFAULT_ENGINE, TTL_ENGINE, Engine, StatePlan, get_engine
 from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, has_watermark, initial_key_column
-from .engines.evolution import check_checkpoint, key_struct
+from .engines.evolution import inspect_checkpoint, key_struct
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupStateTimeout
 from .session import check_session
@@ -131,15 +131,18 @@ def compile_plan(
     if value_decoder is None and value_type is not None:
         value_decoder = record_decoder(value_type, df.schema, "value_type")
     init_df, init_timeout = initial_state_frame(initial_state, df, keys, codec, operator_name)
-    written_by = None
+    written_by = stored = None
     if checkpoint is not None:
         # An engine the caller names (the vectorized API always names the batched layout) must be
         # the one that wrote the state; without one, the query goes on with that one.
         asked = choose_engine(engine, vectorized=True).name if vectorized else \
             None if engine is None else get_engine(engine).name
-        written_by, _ = check_checkpoint(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns,
-                                         codec.py_type, engine=asked)
+        stored, _ = inspect_checkpoint(df.sparkSession, checkpoint, key_struct(df.schema, keys), codec.columns,
+                                       codec.py_type, engine=asked)
+        written_by = None if stored is None else stored.engine
     chosen = choose_engine(engine, written_by, state_ttl=ttl_ms is not None, vectorized=vectorized)
+    if checkpoint is not None:  # layout settings fixed at the checkpoint's creation (the bucket count)
+        chosen = chosen.for_checkpoint(df.sparkSession, stored, str(checkpoint))
     plan = StatePlan(
         operator=operator_name,
         key_columns=keys,

@@ -52,6 +52,7 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     stats = capsys.readouterr().out
     assert f"keys: {len(expected_keys)} ({len(expected_keys)} with a pending timeout)" in stats
     assert "time mode EventTime" in stats and "partition 0:" in stats
+    assert "layout: batched engine, version 1, 2 state partitions, buckets 8" in stats  # 2 partitions: 8
 
     assert main(["state", "export", str(ck), str(tmp_path / "state.parquet")]) == 0
     assert f"exported the state of {len(expected_keys)} keys" in capsys.readouterr().out

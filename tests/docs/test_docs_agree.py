@@ -98,7 +98,7 @@ def test_every_flag_of_a_sparkstate_command_line_in_the_docs_exists():
 
 
 #: spark-submit's own flags, which the docs name next to ours.
-SPARK_SUBMIT_FLAGS = {"--conf", "--py-files", "--archives", "--packages", "--jars", "--master"}
+SPARK_SUBMIT_FLAGS = {"--conf", "--py-files", "--archives", "--packages", "--jars", "--master", "--deploy-mode"}
 
 
 def _benchmark_flags() -> set[str]:

@@ -31,6 +31,7 @@ import time
 import urllib.request
 import zipfile
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -176,11 +177,12 @@ class Cluster:
     env: dict[str, str]
     url: str = ""
     ui: str = ""
+    workers: int = WORKERS
     procs: dict[str, tuple[subprocess.Popen, Path]] = field(default_factory=dict)
 
     @property
     def worker_pids(self) -> list[int]:
-        return [self.procs[f"worker {i}"][0].pid for i in range(WORKERS)]
+        return [self.procs[f"worker {i}"][0].pid for i in range(self.workers)]
 
     def executors(self) -> dict[int, int]:
         """Running executor JVMs: pid -> index of the worker that started it."""
@@ -216,8 +218,8 @@ def _cluster_env(root: Path) -> dict[str, str]:
     return env
 
 
-def _start(root: Path) -> Cluster:
-    cluster = Cluster(root, _cluster_env(root))
+def _start(root: Path, workers: int = WORKERS) -> Cluster:
+    cluster = Cluster(root, _cluster_env(root), workers=workers)
     log = root / "master.log"
     cluster.procs["master"] = (_spawn([SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", HOST,
                                        "--port", "0", "--webui-port", "0"], log, cluster.env, root), log)
@@ -229,24 +231,25 @@ def _start(root: Path) -> Cluster:
         return (url.group(1), ui.group(1)) if url and ui else None
 
     cluster.url, cluster.ui = _wait("master", master_ready, 120, cluster.procs)
-    for i in range(WORKERS):
+    for i in range(workers):
         work = root / f"worker{i}"
         work.mkdir()
         wlog = root / f"worker{i}.log"
         cluster.procs[f"worker {i}"] = (_spawn(
             [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", "0", "--webui-port", "0",
              "--cores", "1", "--memory", "1g", "--work-dir", work, cluster.url], wlog, cluster.env, work), wlog)
-    _wait("two registered workers", lambda: cluster.state()["aliveworkers"] == WORKERS, 120, cluster.procs)
+    _wait(f"{workers} registered workers", lambda: cluster.state()["aliveworkers"] == workers, 120, cluster.procs)
     return cluster
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("cluster")
+@contextmanager
+def running_cluster(root: Path, workers: int = WORKERS) -> Iterator[Cluster]:
+    """A standalone cluster under ``root`` (a master, ``workers`` workers of one core each); every
+    process it started is stopped on the way out, and any left running is named."""
     started: list[int] = []
     c = None
     try:
-        c = _start(root)
+        c = _start(root, workers)
         started = [p.pid for p, _ in c.procs.values()]
         yield c
     finally:
@@ -266,6 +269,12 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
             alive = [p for p in alive if _state(p) not in ("Z", "gone")]
         assert not alive, f"processes left running after the cluster stopped: " \
             f"{[(p, _state(p), ' '.join(_cmdline(p))[:200]) for p in alive]}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
+        yield c
 
 
 def _state(pid: int) -> str:
@@ -679,3 +688,38 @@ def test_spark_submit_ships_sparkstate_as_a_zip(cluster, tmp_path):
 
 def _json_lines(directory: Path) -> list[str]:
     return [line for f in sorted(directory.glob("part-*.json")) for line in f.read_text().splitlines() if line]
+
+
+def test_six_state_partitions_run_six_stateful_tasks_on_both_workers(cluster, tmp_path):
+    """A new checkpoint at 6 state partitions (the cluster's spark-defaults.conf) gets the batched
+    engine's buckets for 6: every partition's task writes state, on both workers; the counts are exact."""
+    from benchmarks.scaleout import stateful_tasks
+
+    land, events, conf = tmp_path / "in", tmp_path / "events", tmp_path / "conf"
+    for d in (land, events, conf):
+        d.mkdir()
+    words = [f"w{i % 300}" for i in range(1200)]
+    (land / "a.json").write_text("".join(json.dumps({"word": w}) + "\n" for w in words))
+    (conf / "spark-defaults.conf").write_text(
+        f"spark.sql.shuffle.partitions 6\nspark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
+        "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"  # one plain JSON-lines file
+        "spark.scheduler.minRegisteredResourcesRatio 1.0\nspark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
+    log = tmp_path / "driver.log"
+    driver = _spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{land}",
+                     "--format", "json", "--sink", f"json:{tmp_path / 'out'}", "--checkpoint", tmp_path / "ck",
+                     "--once", "--no-progress"], log, _driver_env(cluster, SPARK_CONF_DIR=str(conf)), tmp_path)
+    try:
+        code = driver.wait(timeout=900)
+    finally:
+        if driver.poll() is None:
+            _stop_tree([driver.pid])
+            driver.wait(timeout=30)
+    assert code == 0, _tail(log, 60)
+    counts: dict[str, int] = {}
+    for f in (tmp_path / "out").rglob("part-*.json"):
+        for r in map(json.loads, f.read_text().splitlines()):
+            counts[r["word"]] = max(counts.get(r["word"], 0), r["count"])
+    assert counts == Counter(words)
+    stages = stateful_tasks(events)
+    assert [sorted(t["partition"] for t in s["tasks"]) for s in stages] == [list(range(6))], stages
+    assert len({t["executor"] for t in stages[0]["tasks"]}) == WORKERS, stages

@@ -117,6 +117,8 @@ def _stats(args: argparse.Namespace) -> int:
     print(f"checkpoint: {st.checkpoint}")
     print(f"operator {op['operator_id']}: {op['operator']}, time mode {op['time_mode']}, output mode {op['output_mode']},"
           f" state variables {', '.join(op['state_variables'])}")
+    settings = "".join(f", {k} {v}" for k, v in sorted(st.layout_settings.items()))
+    print(f"layout: {op.get('engine')} engine, version {op.get('layout')}, {len(st.partitions)} state partitions{settings}")
     print(f"keys: {st.keys} ({st.keys_with_timeout} with a pending timeout), {st.bytes_on_disk} bytes on disk")
     print(f"committed batches: {len(st.committed_batches)}"
           + (f" ({st.committed_batches[0]}..{st.committed_batches[-1]})" if st.committed_batches else ""))

@@ -98,6 +98,13 @@ class Engine(abc.ABC):
         ``plan.initial_has_timeout``.
         """
 
+    def for_checkpoint(self, spark: "SparkSession", stored: "StoredLayout | None", checkpoint: str) -> "Engine":
+        """This engine set up for the state in ``checkpoint`` (``stored``: that state, which this
+        engine wrote; ``None`` when the checkpoint has none yet). Called before the plan is built,
+        so a layout setting fixed at a checkpoint's creation (the batched engine's bucket count) is
+        known on restart; raises :class:`ConfigError` when the caller asked for another one."""
+        return self
+
     def stored_layout(self, spark: "SparkSession", checkpoint: str, operator: dict[str, Any]) -> "StoredLayout | None":
         """This engine's reader of a stateful operator's state in ``checkpoint``, or ``None`` when
         the engine did not write it (another engine's, or not a sparkstate operator).
@@ -138,6 +145,11 @@ class StoredLayout(abc.ABC):
         keys hold)."""
         schema = self.records(None).schema
         return schema["key"].dataType, schema["value"].dataType
+
+    def settings(self) -> dict[str, Any]:
+        """The layout settings fixed when the checkpoint was created (the batched engine:
+        ``{"buckets": N}``), for :meth:`Engine.for_checkpoint` and ``state stats``."""
+        return {}
 
     def restart_refusal(self) -> str | None:
         """Why a query of this release cannot run on this state (an older layout), with the way

@@ -48,6 +48,8 @@ from .checkpoint import has_state, stored_layout
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from .base import StoredLayout
+
 _NUMERIC_ORDER = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType)
 
 
@@ -156,6 +158,20 @@ def check_checkpoint(
 ) -> tuple[str | None, list[FieldChange]]:
     """As :func:`check_compatible`, also returning the name of the engine that wrote the state
     (``None`` for a checkpoint without committed state)."""
+    stored, changes = inspect_checkpoint(spark, checkpoint, key_schema, state_schema, state_type, engine)
+    return (None if stored is None else stored.engine), changes
+
+
+def inspect_checkpoint(
+    spark: "SparkSession",
+    checkpoint: str | os.PathLike,
+    key_schema: StructType,
+    state_schema: StructType,
+    state_type: Any = None,
+    engine: str | None = None,
+) -> "tuple[StoredLayout | None, list[FieldChange]]":
+    """As :func:`check_checkpoint`, returning the stored state itself (``None`` for a checkpoint
+    without committed state), for :meth:`~sparkstate.engines.base.Engine.for_checkpoint`."""
     if not has_state(checkpoint):
         return None, []
     stored = stored_layout(spark, checkpoint)
@@ -194,7 +210,7 @@ def check_checkpoint(
             " or ss.state.export), reshape the Parquet to the new fields, and start the new query on a new"
             " checkpoint with initial_state=spark.read.parquet(\"state.parquet\")."
         )
-    return written_by, changes
+    return stored, changes
 
 
 def key_struct(df_schema: StructType, keys: tuple[str, ...]) -> StructType:

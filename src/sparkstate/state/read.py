@@ -9,7 +9,7 @@ module knows no engine.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +110,8 @@ class StateStats:
     partitions: list[PartitionStats]
     committed_batches: list[int]
     keys_per_batch: dict[int, int]
+    #: settings the engine's layout fixed when the checkpoint was created (batched: ``buckets``)
+    layout_settings: dict[str, Any] = field(default_factory=dict)
 
 
 def _dir_bytes(path: Path) -> int:
@@ -138,4 +140,5 @@ def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: in
     return StateStats(
         checkpoint=str(checkpoint), operator=op, keys=sum(per_part.values()), keys_with_timeout=with_timeout,
         bytes_on_disk=_dir_bytes(state_dir), partitions=parts, committed_batches=commits, keys_per_batch=per_batch,
+        layout_settings=stored.settings(),
     )

@@ -54,9 +54,10 @@ class BucketStore:
         d = Directory.loads(row[0])
         if d.buckets != self.buckets:
             raise StateSchemaError(
-                f"{self.operator}: this checkpoint's state was written with {d.buckets} buckets, the query now"
-                f" asks for {self.buckets}. Use the same number, or move the state with ss.state.export and"
-                " initial_state."
+                f"{self.operator}: this checkpoint's state is hashed into {d.buckets} buckets and the query"
+                f" into {self.buckets}. Pass the operator checkpoint= (the checkpoint's count is then used) or"
+                f" engine=ss.BatchedEngine(buckets={d.buckets}); to change the count, rescale: export the state"
+                " and start on a new checkpoint with it as initial_state (docs/cluster.md, Rescaling)."
             )
         return d
 

@@ -4,7 +4,9 @@ Layout (all of it in Spark's state store, so checkpoints, recovery and the state
 as for any transformWithState query):
 
 - Keys are hashed (``xxhash64`` of the key columns, computed by Spark) into ``buckets``
-  buckets; the bucket is transformWithState's grouping key, so one Python call serves every
+  buckets, fixed when the checkpoint is created and recorded in every bucket's directory: 4 per
+  state partition (64 in checkpoints written before the count followed the partitions), so
+  every partition's task has buckets to run. The bucket is transformWithState's grouping key, so one Python call serves every
   key of a bucket that has input in the micro-batch. The input is packed before the shuffle
   (:func:`.packing.packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
   shuffle nor PySpark's row-by-row feeding of the processor sees individual events; an input
@@ -193,8 +195,21 @@ class Layout1(StoredLayout):
     version = LAYOUT_VERSION
 
     def _directories(self, batch_id: int | None) -> dict[int, Directory]:
+        if batch_id is None and getattr(self, "_latest", None) is not None:
+            return self._latest
         rows = self.variable(DIR_VARIABLE, batch_id).collect()
-        return {r.key[0]: Directory.loads(r.value.blob) for r in rows}
+        dirs = {r.key[0]: Directory.loads(r.value.blob) for r in rows}
+        if batch_id is None:
+            self._latest = dirs  # the checkpoint check reads the schemas, then the bucket count
+        return dirs
+
+    def settings(self) -> dict[str, Any]:
+        """The bucket count every directory records (fixed when the checkpoint was created)."""
+        counts = sorted({d.buckets for d in self._directories(None).values()})
+        if len(counts) > 1:
+            raise StateSchemaError(f"batched engine: the state's buckets record different counts {counts};"
+                                   " the checkpoint is damaged")
+        return {"buckets": counts[0]} if counts else {}
 
     @staticmethod
     def _schemas(dirs: dict[int, Directory]) -> tuple[StructType, StructType]:
