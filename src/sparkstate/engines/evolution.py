@@ -22,6 +22,7 @@ label: removed (string)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import typing
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import StateSchemaError
+from ..fs import FsUnavailable
 from ..types import is_dataclass_type
 from .checkpoint import has_state, stored_layout
 
@@ -156,7 +158,11 @@ def check_checkpoint(
 ) -> tuple[str | None, list[FieldChange]]:
     """As :func:`check_compatible`, also returning the name of the engine that wrote the state
     (``None`` for a checkpoint without committed state)."""
-    if not has_state(checkpoint):
+    try:
+        if not has_state(checkpoint, spark):
+            return None, []
+    except FsUnavailable as exc:  # Spark Connect on a store this process cannot reach: said, not skipped silently
+        logging.getLogger("sparkstate").warning("the state in checkpoint %s was not checked: %s", checkpoint, exc)
         return None, []
     stored = stored_layout(spark, checkpoint)
     refusal = stored.restart_refusal()
