@@ -178,3 +178,19 @@ def s3_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+def use_s3(spark, server: S3Server) -> None:
+    """Point the (test) session's Hadoop configuration at ``server``: its s3a:// paths reach it."""
+    conf = spark._jsc.hadoopConfiguration()
+    for k, v in server.hadoop_settings().items():
+        conf.set(k, v)
+
+
+@pytest.fixture
+def s3_bucket(spark, s3_server) -> str:
+    """A new bucket on the worker's S3Proxy, with the test session's s3a settings pointing at it."""
+    if not connectors.fetched("hadoop-aws"):
+        pytest.fail("the S3A jars are not fetched: run `make s3`")
+    use_s3(spark, s3_server)
+    return s3_server.bucket()

@@ -294,12 +294,14 @@ def require_kafka_connector(spark, what: str) -> None:
         raise kafka_missing(spark.version, what)
 
 
-def spark_settings(packages: str | None = None, jars_: str | None = None, *, kafka: bool = False) -> dict[str, str]:
+def spark_settings(packages: str | None = None, jars_: str | None = None, *, kafka: bool = False,
+                   s3a: bool = False) -> dict[str, str]:
     """Spark settings that put connectors on the classpath of a session sparkstate starts.
 
     ``packages``: Maven coordinates (``spark.jars.packages``, resolved by Spark at start);
     ``jars_``: local jar paths (``spark.jars``). With neither and ``kafka`` true, the jars
-    ``make kafka`` fetched are used when they are there.
+    ``make kafka`` fetched are used when they are there; with ``s3a`` true, the jars ``make s3``
+    fetched (hadoop-aws and the AWS SDK modules) are added to those when they are there.
 
     >>> spark_settings("g:a:1")
     {'spark.jars.packages': 'g:a:1'}
@@ -311,6 +313,8 @@ def spark_settings(packages: str | None = None, jars_: str | None = None, *, kaf
         out["spark.jars"] = jars_
     if kafka and not out and fetched("spark-kafka"):
         out["spark.jars"] = ",".join(jars("spark-kafka"))
+    if s3a and "spark.jars.packages" not in out and fetched("hadoop-aws"):
+        out["spark.jars"] = ",".join(filter(None, [out.get("spark.jars"), *jars("hadoop-aws")]))
     return out
 
 
