@@ -7,6 +7,10 @@ Three groups of jars, each named by Maven coordinates:
   coordinates :func:`kafka_package` returns) or ``spark.jars`` (local jar files).
 - ``kafka-broker``: an Apache Kafka broker (:data:`KAFKA_BROKER`), run as a single-node KRaft
   server by the tests and by ``sparkstate demo --kafka``.
+- ``hadoop-aws``: S3A for ``s3a://`` paths (:func:`s3a_packages`): ``hadoop-aws`` of the Hadoop
+  version pyspark ships, with the AWS SDK v2 modules it needs instead of the SDK's 600 MB bundle
+  (:data:`HADOOP_AWS_VERSIONS`, :data:`S3A_EXCLUSIONS`).
+- ``s3proxy``: S3Proxy (:data:`S3PROXY`), the S3-compatible server the tests start on loopback.
 
 Which connector goes with which pyspark comes from one table, :data:`PYSPARK_VERSIONS`, keyed by
 pyspark minor: the supported minors, the patch release of each that the test suite runs (the
@@ -16,7 +20,7 @@ release on Maven Central; the 4.2.0 connector was measured to work with pyspark 
 whole Kafka test suite runs on it), so the table maps 4.3 to it.
 
 ``sparkstate.io.connectors.main(["fetch"])`` (run by ``make kafka``, which ``make test`` runs)
-resolves every group with Maven into Maven's local repository (``~/.m2`` unless configured)
+resolves the Kafka groups (``main(["fetch", "hadoop-aws", "s3proxy"])``: ``make s3``) with Maven into Maven's local repository (``~/.m2`` unless configured)
 and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
 ``$SPARKSTATE_CACHE``, else ``~/.cache/sparkstate``. Nothing is downloaded at run time.
 
