@@ -41,8 +41,9 @@ pytestmark = pytest.mark.reliability
 
 GAP = "1 minute"
 USERS = 30
-SOURCE = f"generator:rate=0,events=2400,users={USERS},seed=11,malformed=0.02"
-BATCH = 300  # records per micro-batch: 8 batches
+EVENTS = 1200
+SOURCE = f"generator:rate=0,events={EVENTS},users={USERS},seed=11,malformed=0.02"
+BATCH = 300  # records per micro-batch: 4 batches
 RUN_TIMEOUT_S = 600.0
 TEST_TIMEOUT_S = 1800
 
@@ -146,7 +147,7 @@ def _assert_exact(spark, j: S3Job) -> dict:
     last = j.ck.last_committed()
     end, watermark = j.ck.end_and_watermark(last)
     records = stream_records(parse_source(SOURCE).generator, 0, end)
-    assert end == 2400, f"the job stopped at record {end}"
+    assert end == EVENTS, f"the job stopped at record {end}"
     events = [r.event for r in records if r.is_valid]
     assert watermark == int(max(e.event_time for e in events).timestamp() * 1000)
     expected = Counter(reference_sessions(events, GAP, watermark=watermark))
@@ -243,7 +244,7 @@ def test_an_object_store_outage_during_a_state_commit_loses_no_batch(spark, s3_s
     run = j.job._start()
     paused_at = None
     try:
-        target = 2  # a batch with state before it: its commit writes version target+1 of every store
+        target = 1  # a batch with state before it: its commit writes version target+1 of every store
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while paused_at is None:
             assert time.monotonic() < deadline and run.running(), f"no state commit to interrupt:\n{run.tail()}"
