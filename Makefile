@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-loop bench-scaleout soak install clean pg kafka fuzz
+.PHONY: demo test bench bench-loop bench-scaleout soak install clean pg kafka s3 fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +36,17 @@ pg:
 kafka: $(STAMP)
 	$(PY) -c "from sparkstate.io.connectors import main; raise SystemExit(main(['fetch']))"
 
+# S3A (s3a:// checkpoints and outputs): hadoop-aws of pyspark's Hadoop version with the AWS SDK v2
+# modules it needs, and S3Proxy, the S3-compatible server the tests start on loopback. Resolved with
+# Maven like `make kafka` (versions: sparkstate.io.connectors.HADOOP_AWS_VERSIONS). Needs mvn and Java 17.
+s3: $(STAMP)
+	$(PY) -c "from sparkstate.io.connectors import main; raise SystemExit(main(['fetch', 'hadoop-aws', 's3proxy']))"
+
 # Two pytest workers (pytest-xdist; worksteal rebalances the long tests): a Spark test spends much
 # of its time waiting (triggers, JVM and Python worker start-up, child jobs), so two share 2 cores well.
 # PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
-test: $(STAMP) pg kafka
+test: $(STAMP) pg kafka s3
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # Property-based fuzzing of hostile input (every tests/io/test_hostile_*.py) with many more records per

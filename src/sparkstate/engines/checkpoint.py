@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import fs
 from ..errors import StateSchemaError
 from ..paths import absolute_path
 from .base import ENGINES, StoredLayout, get_engine
@@ -20,10 +20,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def has_state(checkpoint: str | os.PathLike) -> bool:
-    """Whether a checkpoint directory holds committed state (at least one committed batch)."""
-    root = Path(checkpoint)
-    return (root / "state").is_dir() and any((root / "commits").glob("[0-9]*"))
+def has_state(checkpoint: str | os.PathLike, spark: "SparkSession | None" = None) -> bool:
+    """Whether a checkpoint directory holds committed state (at least one committed batch).
+
+    On any filesystem Spark reaches (:mod:`sparkstate.fs`; ``spark``: the session whose Hadoop
+    settings reach it, by default the active one).
+    """
+    root = absolute_path(checkpoint)
+    return fs.is_dir(fs.join(root, "state"), spark) and any(n.isdigit() for n in fs.list_names(fs.join(root, "commits"), spark))
 
 
 def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict[str, Any]]:
@@ -61,9 +65,9 @@ def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> Store
     holds no sparkstate operator, or several.
     """
     checkpoint = absolute_path(checkpoint)
-    if not Path(checkpoint).exists():
+    if not fs.exists(checkpoint, spark):
         raise StateSchemaError(f"checkpoint {checkpoint} does not exist")
-    if not has_state(checkpoint):
+    if not has_state(checkpoint, spark):
         raise StateSchemaError(f"checkpoint {checkpoint} has no committed state yet (no batch has completed)")
     ops = operators(spark, checkpoint)
     ours = [layout for op in ops for layout in [_layout_of(spark, str(checkpoint), op)] if layout is not None]

@@ -22,6 +22,7 @@ label: removed (string)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import typing
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from pyspark.sql.types import (
 )
 
 from ..errors import StateSchemaError
+from ..fs import FsUnavailable
 from ..types import is_dataclass_type
 from .checkpoint import has_state, stored_layout
 
@@ -172,7 +174,11 @@ def inspect_checkpoint(
 ) -> "tuple[StoredLayout | None, list[FieldChange]]":
     """As :func:`check_checkpoint`, returning the stored state itself (``None`` for a checkpoint
     without committed state), for :meth:`~sparkstate.engines.base.Engine.for_checkpoint`."""
-    if not has_state(checkpoint):
+    try:
+        if not has_state(checkpoint, spark):
+            return None, []
+    except FsUnavailable as exc:  # Spark Connect on a store this process cannot reach: said, not skipped silently
+        logging.getLogger("sparkstate").warning("the state in checkpoint %s was not checked: %s", checkpoint, exc)
         return None, []
     stored = stored_layout(spark, checkpoint)
     refusal = stored.restart_refusal()

@@ -7,6 +7,10 @@ Three groups of jars, each named by Maven coordinates:
   coordinates :func:`kafka_package` returns) or ``spark.jars`` (local jar files).
 - ``kafka-broker``: an Apache Kafka broker (:data:`KAFKA_BROKER`), run as a single-node KRaft
   server by the tests and by ``sparkstate demo --kafka``.
+- ``hadoop-aws``: S3A for ``s3a://`` paths (:func:`s3a_packages`): ``hadoop-aws`` of the Hadoop
+  version pyspark ships, with the AWS SDK v2 modules it needs instead of the SDK's 600 MB bundle
+  (:data:`HADOOP_AWS_VERSIONS`, :data:`S3A_EXCLUSIONS`).
+- ``s3proxy``: S3Proxy (:data:`S3PROXY`), the S3-compatible server the tests start on loopback.
 
 Which connector goes with which pyspark comes from one table, :data:`PYSPARK_VERSIONS`, keyed by
 pyspark minor: the supported minors, the patch release of each that the test suite runs (the
@@ -16,7 +20,7 @@ release on Maven Central; the 4.2.0 connector was measured to work with pyspark 
 whole Kafka test suite runs on it), so the table maps 4.3 to it.
 
 ``sparkstate.io.connectors.main(["fetch"])`` (run by ``make kafka``, which ``make test`` runs)
-resolves every group with Maven into Maven's local repository (``~/.m2`` unless configured)
+resolves the Kafka groups (``main(["fetch", "hadoop-aws", "s3proxy"])``: ``make s3``) with Maven into Maven's local repository (``~/.m2`` unless configured)
 and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
 ``$SPARKSTATE_CACHE``, else ``~/.cache/sparkstate``. Nothing is downloaded at run time.
 
@@ -61,8 +65,24 @@ KAFKA_VERSION = "4.1.1"
 KAFKA_BROKER = f"org.apache.kafka:kafka_{SCALA}:{KAFKA_VERSION}"
 #: Resolved beside the broker (nothing so far: its storage formatter and log4j binding come with it).
 KAFKA_BROKER_EXTRA: tuple[str, ...] = ()
+#: Spark's Hadoop version (the ``hadoop-client-api`` jar pyspark ships) -> (AWS SDK v2 release,
+#: analytics-accelerator release) that ``org.apache.hadoop:hadoop-aws`` of that version was built
+#: against. hadoop-aws must be the same version as Spark's Hadoop; instead of the SDK's 600 MB
+#: ``bundle`` (its declared dependency), the SDK modules in :data:`AWS_SDK_MODULES` are used.
+HADOOP_AWS_VERSIONS: dict[str, tuple[str, str]] = {
+    "3.5.0": ("2.35.4", "1.3.1"),
+}
+#: The AWS SDK v2 modules S3A needs (``netty-nio-client`` comes with ``s3``: S3A uploads through it).
+AWS_SDK_MODULES = ("s3", "s3-transfer-manager", "sts")
+#: Left out of the S3A jars: the SDK bundle (replaced by the modules above) and what Spark ships
+#: itself (netty 4.2, slf4j, commons-logging/codec, Apache httpclient).
+S3A_EXCLUSIONS = ("software.amazon.awssdk:bundle", "io.netty:*", "org.slf4j:*", "commons-logging:*",
+                  "commons-codec:*", "org.apache.httpcomponents:*")
+#: The S3-compatible server the tests start on loopback (in-memory ``transient`` storage).
+S3PROXY = "org.gaul:s3proxy:2.7.0"
 
 MAKE_HINT = "run `make kafka` in a sparkstate checkout (needs Maven and Java 17)"
+S3_MAKE_HINT = "run `make s3` in a sparkstate checkout (needs Maven and Java 17)"
 
 
 def pyspark_version() -> str:
@@ -89,12 +109,48 @@ def kafka_package(spark_version: str | None = None) -> str:
     return f"{SPARK_KAFKA}:{connector_version(spark_version)}"
 
 
+def hadoop_version() -> str:
+    """The Hadoop version pyspark ships (from its ``hadoop-client-api`` jar)."""
+    import pyspark
+
+    for p in sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")):
+        return p.name[len("hadoop-client-api-"):-len(".jar")]
+    raise ConfigError("pyspark ships no hadoop-client-api jar: cannot tell which hadoop-aws to use")
+
+
+def s3a_packages(hadoop: str | None = None) -> list[str]:
+    """The Maven coordinates S3A (``s3a://`` paths) needs beside pyspark's Hadoop ``hadoop``.
+
+    >>> s3a_packages("3.5.0")[:2]
+    ['org.apache.hadoop:hadoop-aws:3.5.0', 'software.amazon.awssdk:s3:2.35.4']
+    """
+    h = hadoop or hadoop_version()
+    if h not in HADOOP_AWS_VERSIONS:
+        raise ConfigError(f"no AWS SDK version is recorded for Hadoop {h} (sparkstate.io.connectors.HADOOP_AWS_VERSIONS)")
+    sdk, accel = HADOOP_AWS_VERSIONS[h]
+    return [f"org.apache.hadoop:hadoop-aws:{h}", *(f"software.amazon.awssdk:{m}:{sdk}" for m in AWS_SDK_MODULES),
+            f"software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:{accel}"]
+
+
+#: The groups ``make kafka`` fetches; ``make s3`` fetches :data:`S3_GROUPS`.
+KAFKA_GROUPS = ("spark-kafka", "kafka-broker")
+S3_GROUPS = ("hadoop-aws", "s3proxy")
+#: Group -> Maven exclusions applied to each of its dependencies ("groupId:artifactId", ``*`` allowed).
+EXCLUSIONS: dict[str, tuple[str, ...]] = {"hadoop-aws": S3A_EXCLUSIONS}
+
+
 def groups(spark_version: str | None = None) -> dict[str, list[str]]:
     """Each jar group's Maven coordinates (resolved with their dependencies)."""
-    return {
+    out = {
         "spark-kafka": [kafka_package(spark_version)],
         "kafka-broker": [KAFKA_BROKER, *KAFKA_BROKER_EXTRA],
+        "s3proxy": [S3PROXY],
     }
+    try:
+        out["hadoop-aws"] = s3a_packages()
+    except ConfigError:
+        pass
+    return out
 
 
 def cache_dir() -> Path:
@@ -130,17 +186,21 @@ def jars(name: str) -> list[str]:
     For ``spark-kafka``, jars pyspark already ships (Hadoop, Scala, compression codecs) are left out.
     """
     path = _classpath_file(name)
-    want = groups()[name]
+    all_groups = groups()
+    if name not in all_groups:
+        raise ConfigError(f"no jars are known for {name} with this pyspark (Hadoop {hadoop_version()})")
+    want = all_groups[name]
     if path.exists():
         lines = path.read_text(encoding="utf-8").splitlines()
         if lines and lines[0] == "# " + " ".join(want):
             found = [p for p in lines[1:] if p]
             if found and all(Path(p).exists() for p in found):
-                if name == "spark-kafka":
+                if name in ("spark-kafka", "hadoop-aws"):
                     shipped = _pyspark_jar_names()
                     found = [p for p in found if _artifact(Path(p).name) not in shipped]
                 return found
-    raise ConfigError(f"the jars of {', '.join(want)} are not fetched ({path} missing or stale): {MAKE_HINT}")
+    hint = S3_MAKE_HINT if name in S3_GROUPS else MAKE_HINT
+    raise ConfigError(f"the jars of {', '.join(want)} are not fetched ({path} missing or stale): {hint}")
 
 
 def fetched(name: str) -> bool:
@@ -151,31 +211,36 @@ def fetched(name: str) -> bool:
         return False
 
 
-def _pom(coordinates: list[str]) -> str:
+def _pom(coordinates: list[str], exclusions: tuple[str, ...] = ()) -> str:
+    excl = "".join(f"<exclusion><groupId>{e.split(':')[0]}</groupId><artifactId>{e.split(':')[1]}</artifactId></exclusion>"
+                   for e in exclusions)
+    excl = f"<exclusions>{excl}</exclusions>" if excl else ""
     deps = []
     for c in coordinates:
         g, a, v = c.split(":")
-        deps.append(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>")
+        deps.append(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>{excl}</dependency>")
     return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
             "<groupId>sparkstate</groupId><artifactId>fetch</artifactId><version>0</version>"
             f"<dependencies>{''.join(deps)}</dependencies></project>\n")
 
 
 def fetch(names: list[str] | None = None, *, quiet: bool = True) -> dict[str, Path]:
-    """Resolve the groups ``names`` (default: all) with Maven; write their classpath files; return them."""
+    """Resolve the groups ``names`` (default: the Kafka ones) with Maven; write their classpath files; return them."""
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise ConfigError("fetching the Kafka jars needs Maven (`mvn`) on PATH, and Java 17")
+        raise ConfigError("fetching the connector jars needs Maven (`mvn`) on PATH, and Java 17")
     out: dict[str, Path] = {}
     cache_dir().mkdir(parents=True, exist_ok=True)
-    for name, coords in groups().items():
-        if names and name not in names:
-            continue
+    all_groups = groups()
+    for name in names or KAFKA_GROUPS:
+        if name not in all_groups:
+            raise ConfigError(f"no jars are known for {name} with this pyspark")
+        coords = all_groups[name]
         if fetched(name):
             out[name] = _classpath_file(name)
             continue
         with tempfile.TemporaryDirectory(prefix="sparkstate-fetch-") as tmp:
-            (Path(tmp) / "pom.xml").write_text(_pom(coords), encoding="utf-8")
+            (Path(tmp) / "pom.xml").write_text(_pom(coords, EXCLUSIONS.get(name, ())), encoding="utf-8")
             listing = Path(tmp) / "cp.txt"
             cmd = [mvn, "-B", "dependency:build-classpath", f"-Dmdep.outputFile={listing}", "-Dmdep.includeScope=runtime"]
             if quiet:
@@ -233,12 +298,14 @@ def require_kafka_connector(spark, what: str) -> None:
         raise kafka_missing(spark.version, what)
 
 
-def spark_settings(packages: str | None = None, jars_: str | None = None, *, kafka: bool = False) -> dict[str, str]:
+def spark_settings(packages: str | None = None, jars_: str | None = None, *, kafka: bool = False,
+                   s3a: bool = False) -> dict[str, str]:
     """Spark settings that put connectors on the classpath of a session sparkstate starts.
 
     ``packages``: Maven coordinates (``spark.jars.packages``, resolved by Spark at start);
     ``jars_``: local jar paths (``spark.jars``). With neither and ``kafka`` true, the jars
-    ``make kafka`` fetched are used when they are there.
+    ``make kafka`` fetched are used when they are there; with ``s3a`` true, the jars ``make s3``
+    fetched (hadoop-aws and the AWS SDK modules) are added to those when they are there.
 
     >>> spark_settings("g:a:1")
     {'spark.jars.packages': 'g:a:1'}
@@ -250,6 +317,8 @@ def spark_settings(packages: str | None = None, jars_: str | None = None, *, kaf
         out["spark.jars"] = jars_
     if kafka and not out and fetched("spark-kafka"):
         out["spark.jars"] = ",".join(jars("spark-kafka"))
+    if s3a and "spark.jars.packages" not in out and fetched("hadoop-aws"):
+        out["spark.jars"] = ",".join(filter(None, [out.get("spark.jars"), *jars("hadoop-aws")]))
     return out
 
 

@@ -20,6 +20,10 @@ How a micro-batch is written (:class:`DeltaBatchWriter`):
    visible together or not at all. A crash before the commit leaves at most data files that no
    commit names (readers never see them; ``VACUUM`` removes them).
 
+On an object store (``s3a://``, ``s3://``) delta-rs is given the endpoint, region and
+credentials of the session's Hadoop ``fs.s3a.*`` settings (:func:`sparkstate.fs.storage_options`),
+so the table is reached as Spark's own S3A reaches it; the credentials never go anywhere else.
+
 Empty batches commit nothing. The whole batch is held in driver memory while written, as for
 the postgres sink: meant for the volumes of a micro-batch, not bulk loads.
 
@@ -51,11 +55,11 @@ def _deltalake():
     return deltalake
 
 
-def committed_version(path: str, app_id: str) -> int | None:
+def committed_version(path: str, app_id: str, storage_options: dict[str, str] | None = None) -> int | None:
     """The last batch id committed to the table at ``path`` by ``app_id`` (``None``: none, or no table yet)."""
     deltalake = _deltalake()
     try:
-        table = deltalake.DeltaTable(path)
+        table = deltalake.DeltaTable(path, storage_options=storage_options)
     except deltalake.exceptions.TableNotFoundError:
         return None
     return table.transaction_version(app_id)
@@ -84,9 +88,12 @@ class DeltaBatchWriter:
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
         """Append one micro-batch, or skip it if the table's transaction for this stream already has it."""
+        from ..fs import storage_options
+
         deltalake = _deltalake()
         app_id = self._app_id(batch_df)
-        done = committed_version(self.path, app_id)
+        options = storage_options(self.path, batch_df.sparkSession)
+        done = committed_version(self.path, app_id, options)
         if done is not None and done >= batch_id:
             log.info("delta:%s: batch %d was already committed (%s at %d); skipped (replay)",
                      self.path, batch_id, app_id, done)
@@ -98,7 +105,7 @@ class DeltaBatchWriter:
             return
         try:
             deltalake.write_deltalake(
-                self.path, table, mode="append",
+                self.path, table, mode="append", storage_options=options,
                 commit_properties=deltalake.CommitProperties(
                     app_transactions=[deltalake.Transaction(app_id=app_id, version=int(batch_id))]),
             )
@@ -107,9 +114,9 @@ class DeltaBatchWriter:
         log.info("delta:%s: batch %d committed (%d rows)", self.path, batch_id, table.num_rows)
 
 
-def read_delta(path: str):
+def read_delta(path: str, storage_options: dict[str, str] | None = None):
     """The table at ``path`` as a pyarrow Table (for tests and tools)."""
-    return _deltalake().DeltaTable(path).to_pyarrow_table()
+    return _deltalake().DeltaTable(path, storage_options=storage_options).to_pyarrow_table()
 
 
 __all__ = ["DeltaBatchWriter", "INSTALL_HINT", "committed_version", "read_delta"]

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Union, get_args
 from urllib.parse import urlsplit
 
+from .. import fs
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
 from ..paths import local_path
@@ -229,36 +230,41 @@ def parse_sink(text: str) -> SinkSpec:
 
 # --- checks on local paths before starting -------------------------------------------------
 
-def _numbered(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name.split(".")[0]) for p in directory.iterdir() if p.name.split(".")[0].isdigit())
+def _numbered(directory: str, spark: object = None) -> list[int]:
+    return sorted(int(n.split(".")[0]) for n in fs.list_names(directory, spark) if n.split(".")[0].isdigit())
 
 
 def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
-                     layout: str | None = None) -> None:
-    """Refuse, before anything starts, what would silently lose or hide output (local paths only).
+                     layout: str | None = None, spark: object = None) -> None:
+    """Refuse, before anything starts, what would silently lose or hide output (any filesystem Spark reaches).
 
     A memory sink on a checkpoint with progress (Spark cannot recover it); a file sink directory
     holding the other layout (append: ``_spark_metadata``; update: ``batch_id=N``); a file sink
     directory holding committed batches with a new checkpoint (the new query's first batches
     would be skipped as already written). ``layout``: the file sink's layout
     (:func:`~sparkstate.io.writers.file_layout`), by default that of ``output_mode`` on a classic session.
+    ``spark``: the session whose Hadoop settings reach the paths (default: the active one).
     """
+    try:
+        _check_sink_paths(spec, checkpoint, output_mode, layout, spark)
+    except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach
+        log.warning("%s: the output directory and checkpoint were not checked: %s", spec, exc)
+
+
+def _check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str, layout: str | None,
+                      spark: object) -> None:
     layout = layout or ("log" if output_mode == "append" else "batches")
-    ck = local_path(checkpoint) if checkpoint else None
-    fresh = ck is not None and not _numbered(ck / "commits") and not _numbered(ck / "offsets")
+    ck = checkpoint or None
+    fresh = ck is not None and not _numbered(fs.join(ck, "commits"), spark) and not _numbered(fs.join(ck, "offsets"), spark)
     if spec.kind == "memory" and ck is not None and not fresh:
         raise ConfigError(f"memory sink: the checkpoint {checkpoint!r} holds an earlier run, and Spark's memory sink"
                           " cannot recover from a checkpoint; use a new checkpoint directory (or a file sink to"
                           " test restarts)")
     if not spec.is_file:
         return
-    out = local_path(spec.path)
-    if out is None:
-        return
-    committed = _numbered(out / "_spark_metadata")
-    batch_dirs = sorted(out.glob("batch_id=*")) if out.is_dir() else []
+    out = spec.path or ""
+    committed = _numbered(fs.join(out, "_spark_metadata"), spark)
+    batch_dirs = [n for n in fs.list_names(out, spark) if n.startswith("batch_id=")]
     if layout == "batches" and committed:
         how = "in update mode" if output_mode == "update" else "over Spark Connect"
         raise ConfigError(f"{spec}: {how} batches go to {spec.path}/batch_id=N, but this directory holds"
@@ -306,7 +312,7 @@ def start_sink(
     """
     spec = parse_sink(spec) if isinstance(spec, str) else spec
     mode, checkpoint, name = _start_settings(df, spec, checkpoint, output_mode, query_name)
-    check_sink_paths(spec, checkpoint, mode)
+    check_sink_paths(spec, checkpoint, mode, spark=df.sparkSession)
     writer = df.writeStream.outputMode(mode)
     # Over Spark Connect Spark's own memory and append-mode file sinks do what the writers below do
     # on a classic session (which drive Spark's file sink through the JVM, or keep rows here).

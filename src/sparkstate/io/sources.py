@@ -196,11 +196,15 @@ def parse_source(text: str) -> SourceSpec:
 
 
 def _guess_format(path: str) -> Format:
-    """JSON unless a local directory holds only ``.csv`` or only ``.parquet`` files."""
-    local = path[len("file:"):] if path.startswith("file:") else path
-    if "://" in path or not Path(local).is_dir():
+    """JSON unless the directory holds only ``.csv`` or only ``.parquet`` files (on any filesystem Spark reaches)."""
+    from .. import fs
+
+    try:
+        names = fs.list_names(path)
+    except fs.FsUnavailable as exc:
+        log.warning("files:%s: its files were not looked at (%s); reading it as JSON (--format says otherwise)", path, exc)
         return "json"
-    suffixes = {p.suffix.lower() for p in Path(local).iterdir() if p.is_file() and not p.name.startswith((".", "_"))}
+    suffixes = {Path(n).suffix.lower() for n in names if not n.startswith((".", "_"))}
     if suffixes == {".csv"}:
         return "csv"
     if suffixes == {".parquet"}:

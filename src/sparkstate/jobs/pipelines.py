@@ -19,12 +19,13 @@ passes ``checkpoint=`` so that state that does not fit is refused before the que
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from pyspark.sql import functions as F
 
+from .. import fs
 from ..ddl import column_names
 from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
@@ -36,6 +37,8 @@ from ..synthetic.generator import EVENT_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("sparkstate.jobs")
 
 
 class JobSettings(Protocol):
@@ -170,12 +173,15 @@ def read_initial_state(spark: "SparkSession", path: str, schema: str | None = IN
         target = rest
     else:
         target, fmt = path, "parquet"
-        local = Path(path)
-        names = [p.name for p in local.iterdir()] if local.is_dir() else [local.name]
+        try:
+            if not fs.exists(path, spark):
+                raise ConfigError(f"run: the initial state {path} does not exist")
+            names = fs.list_names(path, spark) if fs.is_dir(path, spark) else [path.rstrip("/").rsplit("/", 1)[-1]]
+        except fs.FsUnavailable as exc:  # Spark Connect on a store this process cannot reach: Spark reads it
+            log.warning("run: the initial state %s was not looked at (%s); reading it as Parquet", path, exc)
+            names = []
         if any(n.lower().endswith((".json", ".jsonl", ".ndjson")) for n in names):
             fmt = "json"
-        if not local.exists() and "://" not in path:
-            raise ConfigError(f"run: the initial state {path} does not exist")
     try:
         if fmt == "json":
             reader = spark.read.schema(schema) if schema else spark.read

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from .. import fs
 from ..durations import positive_ms
 from ..errors import ConfigError, JobFailedError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, dead_raw, to_struct
-from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
+from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
@@ -113,7 +114,7 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
 
 # --- the checkpoint: whose is it? ----------------------------------------------------------------
 
-def check_checkpoint(config: JobConfig) -> None:
+def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> None:
     """Refuse a checkpoint another job made, before anything is read or written.
 
     A job's checkpoint holds :data:`JOB_MARKER` (its pipeline and the settings the pipeline
@@ -121,16 +122,19 @@ def check_checkpoint(config: JobConfig) -> None:
     mode); another pipeline's checkpoint would hand this one state it cannot read, and source
     offsets that may not be its own. A checkpoint with a query's progress but no marker was made
     by something else (a query of your own, or a job of an earlier sparkstate): the pipeline's
-    state check (``checkpoint=``) still refuses state that does not fit.
+    state check (``checkpoint=``) still refuses state that does not fit. On any filesystem Spark
+    reaches (:mod:`sparkstate.fs`).
     """
-    ck = local_path(config.checkpoint) if config.checkpoint else None
-    if ck is None or not ck.is_dir():
+    if not config.checkpoint:
         return
-    path = ck / JOB_MARKER
-    if not path.exists():
-        return
+    path = fs.join(config.checkpoint, JOB_MARKER)
     try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        if not fs.exists(path, spark):
+            return
+        stored = json.loads(fs.read_text(path, spark))
+    except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach: Spark's own checks remain
+        log.warning("run: the job marker of %s was not checked: %s", config.checkpoint, exc)
+        return
     except (OSError, ValueError) as exc:
         raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
     pipeline = JOB_PIPELINES[config.pipeline]
@@ -149,20 +153,17 @@ def check_checkpoint(config: JobConfig) -> None:
                                    f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
 
 
-def _write_marker(config: JobConfig) -> None:
-    ck = local_path(config.checkpoint) if config.checkpoint else None
-    if ck is None:
+def _write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
+    if not config.checkpoint:
         return
-    path = ck / JOB_MARKER
-    if path.exists():
-        return
-    tmp = ck / f".{JOB_MARKER}.tmp"
+    path = fs.join(config.checkpoint, JOB_MARKER)
     try:
-        ck.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        if fs.exists(path, spark):
+            return
+        fs.write_text(path, json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", spark)
+    except fs.FsUnavailable as exc:
+        log.warning("run: the job marker of %s was not written: %s", config.checkpoint, exc)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         full = " (its disk is full: free space and run the job again)" if exc.errno == errno.ENOSPC else ""
         raise JobFailedError(f"run: cannot write {path}: {exc.strerror or exc}{full}") from None
 
@@ -259,7 +260,7 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     """Open the source, define the pipeline and check everything; nothing is written yet."""
     pipeline = JOB_PIPELINES[config.pipeline]
     sink = config.sink_spec
-    check_checkpoint(config)
+    check_checkpoint(config, spark)
     source = open_source(spark, config.source_spec, schema=pipeline.schema, fmt=config.format,
                          options=source_options(config))
     events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
@@ -273,9 +274,9 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
             raise ConfigError(f"run: a {needs[0]} sink needs --checkpoint DIR (it is what makes the output"
                               " exactly-once across restarts)")
     connect = is_connect(spark)
-    check_sink_paths(sink, checkpoint, pipeline.output_mode, file_layout(pipeline.output_mode, connect))
+    check_sink_paths(sink, checkpoint, pipeline.output_mode, file_layout(pipeline.output_mode, connect), spark)
     if dead_sink is not None:
-        check_sink_paths(dead_sink, checkpoint, "append", file_layout("append", connect))
+        check_sink_paths(dead_sink, checkpoint, "append", file_layout("append", connect), spark)
     try:
         trigger_ms = positive_ms(config.trigger, "run: trigger")
     except ValueError as exc:
@@ -328,7 +329,7 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     job = _define(spark, config)
     # Every check passed: from here on things are written.
     tee = _tee(spark, job)
-    _write_marker(config)
+    _write_marker(config, spark)
     listener = MetricsListener(config.metrics, on_batch)
     add_listener(spark, listener)
     query = None
@@ -395,14 +396,11 @@ def _result(config: JobConfig, job: _Job, t: RunTotals, query_id: str, stopped_b
 
 
 def _keys_in_state(spark: "SparkSession", checkpoint: str) -> int | None:
-    """Keys left in the checkpoint's state (``None`` when it is not on a local path or cannot be read)."""
+    """Keys left in the checkpoint's state (``None`` when it cannot be read)."""
     from ..state.read import keys
 
-    ck = local_path(checkpoint)
-    if ck is None:
-        return None
     try:
-        return keys(spark, ck)
+        return keys(spark, checkpoint)
     except Exception as exc:  # a report, not a reason to fail a run whose output is written
         log.warning("run: could not count the keys left in state in %s: %s", checkpoint, exc)
         return None

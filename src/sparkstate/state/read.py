@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import fs
 from ..engines.base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN
 from ..engines.checkpoint import has_state, operators, stored_layout
 from ..paths import absolute_path
@@ -76,7 +76,7 @@ def keys(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
     """
     from pyspark.sql import functions as F
 
-    if not has_state(checkpoint):
+    if not has_state(checkpoint, spark):
         return 0
     return _records(spark, checkpoint, batch_id).where(F.col(EXISTS_COLUMN)).count()
 
@@ -114,10 +114,6 @@ class StateStats:
     layout_settings: dict[str, Any] = field(default_factory=dict)
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
-
-
 def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: int = 5) -> StateStats:
     """Keys and bytes per partition, keys per recent committed batch, and the operator's metadata."""
     from pyspark.sql import functions as F
@@ -128,9 +124,11 @@ def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: in
     per_part = {r.partition_id: r.n for r in raw.groupBy("partition_id").agg(F.count("*").alias("n")).collect()}
     with_timeout = raw.where(F.col(INITIAL_TIMEOUT_COLUMN).isNotNull()).count()
     raw.unpersist()
-    state_dir = Path(checkpoint) / "state" / str(op["operator_id"])
-    parts = [PartitionStats(p, per_part.get(p, 0), _dir_bytes(state_dir / str(p))) for p in range(op["partitions"])]
-    commits = sorted(int(p.name) for p in (Path(checkpoint) / "commits").glob("[0-9]*"))
+    root = absolute_path(checkpoint)
+    state_dir = fs.join(root, "state", str(op["operator_id"]))
+    parts = [PartitionStats(p, per_part.get(p, 0), fs.total_bytes(fs.join(state_dir, str(p)), spark))
+             for p in range(op["partitions"])]
+    commits = sorted(int(n) for n in fs.list_names(fs.join(root, "commits"), spark) if n.isdigit())
     per_batch = {}
     for b in commits[-last_batches:]:
         try:
@@ -139,6 +137,6 @@ def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: in
             continue
     return StateStats(
         checkpoint=str(checkpoint), operator=op, keys=sum(per_part.values()), keys_with_timeout=with_timeout,
-        bytes_on_disk=_dir_bytes(state_dir), partitions=parts, committed_batches=commits, keys_per_batch=per_batch,
-        layout_settings=stored.settings(),
+        bytes_on_disk=fs.total_bytes(state_dir, spark), partitions=parts, committed_batches=commits,
+        keys_per_batch=per_batch, layout_settings=stored.settings(),
     )
