@@ -200,7 +200,7 @@ def test_sessionize_on_s3a_survives_a_driver_kill_and_its_tools_work_there(spark
     assert set(in_state) == want and ss.state.keys(spark, ck) == len(want)
     stats = ss.state.stats(spark, ck)
     assert stats.keys == len(want) and stats.bytes_on_disk > 0 and stats.committed_batches[-1] == j.ck.last_committed()
-    assert sum(p.bytes_on_disk for p in stats.partitions) == stats.bytes_on_disk
+    assert 0 < sum(p.bytes_on_disk for p in stats.partitions) <= stats.bytes_on_disk  # (+ the operator's metadata)
     assert ss.state.export(spark, ck, f"{j.root}/export") == len(want)
 
     # The refusals: another pipeline, another time mode, another engine, on the s3a checkpoint.
