@@ -200,7 +200,7 @@ def test_sessionize_on_s3a_survives_a_driver_kill_and_its_tools_work_there(spark
     assert set(in_state) == want and ss.state.keys(spark, ck) == len(want)
     stats = ss.state.stats(spark, ck)
     assert stats.keys == len(want) and stats.bytes_on_disk > 0 and stats.committed_batches[-1] == j.ck.last_committed()
-    assert sum(p.bytes_on_disk for p in stats.partitions) == stats.bytes_on_disk
+    assert 0 < sum(p.bytes_on_disk for p in stats.partitions) <= stats.bytes_on_disk  # (+ the operator's metadata)
     assert ss.state.export(spark, ck, f"{j.root}/export") == len(want)
 
     # The refusals: another pipeline, another time mode, another engine, on the s3a checkpoint.
@@ -233,8 +233,9 @@ def test_sessionize_on_s3a_survives_a_driver_kill_and_its_tools_work_there(spark
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
 def test_an_object_store_outage_during_a_state_commit_loses_no_batch(spark, s3_server, s3_bucket, tmp_path):
-    """S3Proxy paused for 30 s while a batch commits its state; S3A told to give up after a few seconds
-    (the defaults retry for minutes: the job would stall through a 30 s outage)."""
+    """S3Proxy paused for 30 s while a batch commits its state, S3A's timeouts lowered to 5 s. Either
+    outcome is allowed (the issue: stall, or fail with one line), and the output must be exact after
+    it. Measured (load 30): the job stalled through the outage and went on."""
     started = time.monotonic()
     quick = {"fs.s3a.connection.establish.timeout": "5s", "fs.s3a.connection.timeout": "5s",
              "fs.s3a.connection.request.timeout": "5s", "fs.s3a.retry.limit": "1", "fs.s3a.retry.interval": "500ms",
