@@ -4,17 +4,17 @@ It drives the batched engine's StatefulProcessor (``sparkstate.engines.batched.p
 directly, the way ``transformWithStateInPandas`` calls it for one bucket, with in-memory
 stand-ins for the two state variables (a value state, a map state), the timer calls and the
 batch's ``TimerValues``. Nothing in ``src/`` is changed or patched: the processor's own
-``_group`` (the input: Arrow or pandas to Row values grouped by key) and ``_process`` (the
+``input.group`` (the input: Arrow or pandas to Row values grouped by key) and ``process`` (the
 leaves read, the per-key calls, the leaves written, the output frame) run as they do in a
-worker. Its helpers ``_load_leaves``, ``_save`` and ``_frame`` are wrapped on the instance
-(timed, and ``_frame``'s rows kept for the check), so the time (this thread's CPU time, which
+worker. Its helpers ``store.load_leaves``, ``store.save`` and ``frame`` are wrapped on their
+instances (timed, and ``frame``'s rows kept for the check), so the time (this thread's CPU time, which
 another process on the core does not inflate; ``wall`` beside it) splits into:
 
 - ``group``: the input to Row values grouped by key (packed Arrow for the count, pandas rows for
   the sessions, as the engine feeds each in the benchmark suite);
 - ``load``: the leaves the keys fall in, unpickled;
 - ``loop``: per key, the leaf placement, the state decoded, a ``GroupState``, the user's
-  function, its outcome, the state and outputs encoded (``_process`` minus load, save, frame);
+  function, its outcome, the state and outputs encoded (``process`` minus load, save, frame);
 - ``save``: the changed leaves pickled (split when full) and the directory written;
 - ``frame``: the outputs as one pandas DataFrame;
 - ``gc``: the collection the first allocations set off once the bucket's call has returned and
@@ -63,9 +63,10 @@ from pyspark.sql.types import (ArrayType, BooleanType, IntegerType, LongType, St
 
 from sparkstate.engines.base import StatePlan
 from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN
-from sparkstate.engines.batched.processor import _gc_paused, _Processor
+from sparkstate.engines.batched.grouping import gc_paused
+from sparkstate.engines.batched.processor import BucketProcessor
 from sparkstate.group_state import GroupStateTimeout
-from sparkstate.pipelines.sessionize import OpenSession, _Sessionizer
+from sparkstate.pipelines.sessionizer import OpenSession, Sessionizer
 from sparkstate.testing import GroupStateHarness
 from sparkstate.types import Codec, encoder_for
 
@@ -189,7 +190,7 @@ def plan_for(workload: str) -> tuple[StatePlan, dict]:
         func, state_type, out, timeout, flat = count_per_key, int, COUNT_OUTPUT, GroupStateTimeout.NoTimeout, False
         keys, mode, watermark = ("user",), "update", False
     elif workload == "sessions":
-        func = _Sessionizer(GAP_MS, "event", True, True)
+        func = Sessionizer(GAP_MS, "event", True, True)
         state_type, out, timeout, flat = OpenSession, SESSIONS_OUTPUT, GroupStateTimeout.EventTimeTimeout, True
         keys, mode, watermark = ("user_id",), "append", True
     else:
@@ -203,16 +204,16 @@ def plan_for(workload: str) -> tuple[StatePlan, dict]:
     return plan, dict(func=func, state_type=state_type, timeout=timeout, flat=flat, start_time_ms=PT0_MS)
 
 
-def processor_for(workload: str, plan: StatePlan) -> _Processor:
+def processor_for(workload: str, plan: StatePlan) -> BucketProcessor:
     """The processor as ``BatchedEngine.apply`` builds it: packed for the count, pandas rows for
     the event-time sessions (an input with a watermark is never packed)."""
     if workload == "count":
         schema = StructType(COUNT_INPUT.fields + [StructField(HASH_COLUMN, LongType(), True)])
-        proc = _Processor(plan, BUCKETS, LEAF_ROWS, schema)
+        proc = BucketProcessor(plan, BUCKETS, LEAF_ROWS, schema)
     else:
         schema = StructType(SESSIONS_INPUT.fields + [StructField(HASH_COLUMN, LongType(), True),
                                                      StructField(BUCKET_COLUMN, IntegerType(), True)])
-        proc = _Processor(plan, BUCKETS, LEAF_ROWS, schema, packed=False, tz="UTC")
+        proc = BucketProcessor(plan, BUCKETS, LEAF_ROWS, schema, packed=False, tz="UTC")
     proc.init(Handle())
     return proc
 
@@ -284,9 +285,9 @@ def make_batches(workload: str, keys: int, batches: int, events_per_key: int, se
 cpu = time.thread_time
 
 
-def _timed(proc: _Processor, name: str, clock: dict, keep: list | None = None) -> None:
-    """Wrap ``proc.<name>`` on the instance, adding its CPU time to ``clock[name]``."""
-    inner = getattr(proc, name)
+def _timed(obj: Any, name: str, clock: dict, keep: list | None = None) -> None:
+    """Wrap ``obj.<name>`` on the instance, adding its CPU time to ``clock[name]``."""
+    inner = getattr(obj, name)
 
     def wrapper(*args: Any) -> Any:
         t0 = cpu()
@@ -297,7 +298,7 @@ def _timed(proc: _Processor, name: str, clock: dict, keep: list | None = None) -
             if keep is not None:
                 keep.append(list(args[0]))
 
-    setattr(proc, name, wrapper)
+    setattr(obj, name, wrapper)
 
 
 def one_pass(workload: str, batches: list[Batch], flush: bool = True) -> tuple[list[dict], list[list]]:
@@ -307,19 +308,20 @@ def one_pass(workload: str, batches: list[Batch], flush: bool = True) -> tuple[l
     clock: dict = {}
     outputs: list[list] = []
     frames_rows: list[list] = []
-    for name in ("_load_leaves", "_save", "_frame"):
-        _timed(proc, name, clock, frames_rows if name == "_frame" else None)
+    _timed(proc.store, "load_leaves", clock)
+    _timed(proc.store, "save", clock)
+    _timed(proc, "frame", clock, frames_rows)
     times: list[dict] = []
     for batch in batches:
-        clock.update(_load_leaves=0.0, _save=0.0, _frame=0.0)
+        clock.update(load_leaves=0.0, save=0.0, frame=0.0)
         del frames_rows[:]
         tv = Times(batch.pt, batch.wm)
         w0 = time.perf_counter()
-        with _gc_paused():  # as handleInputRows
+        with gc_paused():  # as handleInputRows
             t0 = cpu()
-            groups, hashes = proc._group(iter(batch.frames))
+            groups, hashes = proc.input.group(iter(batch.frames))
             t1 = cpu()
-            out = proc._process(groups, hashes, tv)
+            out = proc.process(groups, hashes, tv)
             t2 = cpu()
         # the collector is back on: the next allocations set off a collection over what the
         # bucket built (in a worker: while PySpark serializes the output)
@@ -327,9 +329,9 @@ def one_pass(workload: str, batches: list[Batch], flush: bool = True) -> tuple[l
         t3 = cpu()
         w1 = time.perf_counter()
         del out
-        inner = clock["_load_leaves"] + clock["_save"] + clock["_frame"]
-        times.append({"group": t1 - t0, "load": clock["_load_leaves"], "loop": (t2 - t1) - inner,
-                      "save": clock["_save"], "frame": clock["_frame"], "gc": t3 - t2, "total": t3 - t0,
+        inner = clock["load_leaves"] + clock["save"] + clock["frame"]
+        times.append({"group": t1 - t0, "load": clock["load_leaves"], "loop": (t2 - t1) - inner,
+                      "save": clock["save"], "frame": clock["frame"], "gc": t3 - t2, "total": t3 - t0,
                       "wall": w1 - w0, "keys": len(groups)})
         outputs.append([r for rows in frames_rows for r in rows])
     if flush and workload == "sessions":

@@ -1,7 +1,7 @@
 """``python -m benchmarks.loop_vectorized``: ``map_batches_with_state``'s processor on one bucket,
 without Spark, beside the batched engine's per-key processor on the same input.
 
-Both processors (``_VectorProcessor`` with ``benchmarks.contenders.count_per_batch``, ``_Processor``
+Both processors (``VectorProcessor`` with ``benchmarks.contenders.count_per_batch``, ``BucketProcessor``
 with ``count_per_key``) get the packed running-count batches of :mod:`benchmarks.loop` (every key
 of the bucket touched in every batch) through the in-memory state variables of that module, as
 ``transformWithStateInPandas`` calls them for one bucket. Reported: this thread's CPU time per key
@@ -24,8 +24,8 @@ from typing import Any, Callable
 from pyspark.sql.types import LongType, StructField, StructType
 
 from sparkstate.engines.batched.layout import HASH_COLUMN
-from sparkstate.engines.batched.processor import _gc_paused
-from sparkstate.engines.batched.vectorized import _VectorProcessor
+from sparkstate.engines.batched.grouping import gc_paused
+from sparkstate.engines.batched.vectorized import VectorProcessor
 
 from . import loop
 from .contenders import count_per_batch
@@ -37,9 +37,9 @@ def _batched() -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
     plan, _ = loop.plan_for("count")
 
     def call(proc: Any, b: Any) -> Any:
-        with _gc_paused():
-            groups, hashes = proc._group(iter(b.frames))
-            return proc._process(groups, hashes, loop.Times(b.pt, b.wm))
+        with gc_paused():
+            groups, hashes = proc.input.group(iter(b.frames))
+            return proc.process(groups, hashes, loop.Times(b.pt, b.wm))
     return lambda: loop.processor_for("count", plan), call
 
 
@@ -49,7 +49,7 @@ def _vectorized() -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
     schema = StructType(loop.COUNT_INPUT.fields + [StructField(HASH_COLUMN, LongType(), True)])
 
     def make() -> Any:
-        proc = _VectorProcessor(plan, loop.BUCKETS, loop.LEAF_ROWS, schema)
+        proc = VectorProcessor(plan, loop.BUCKETS, loop.LEAF_ROWS, schema)
         proc.init(loop.Handle())
         return proc
     return make, lambda proc, b: list(proc.handleInputRows((0,), iter(b.frames), loop.Times(b.pt, b.wm)))

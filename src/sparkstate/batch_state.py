@@ -8,7 +8,8 @@ The rules (docs/vectorized.md), mirroring ``GroupState``'s:
 
 - ``batch.state`` has one row per key of the call: first the keys with new rows (in the order
   their rows appear in ``batch.rows``), then the keys whose timeout is due (strictly behind the
-  clock, :func:`sparkstate.group_state.is_due`) and that have no new rows (``timed_out`` true).
+  clock) and that have no new rows, earliest timeout first (``timed_out`` true; chosen and
+  ordered by :func:`sparkstate.group_state.due_keys`).
 - A key in ``StateUpdate.state`` gets that state. Its pending timeout becomes the row's
   ``timeout_ms`` when the frame has that column (null: none); without the column, a key with
   new rows keeps its pending timeout and a timed-out key has none (a timeout fires once).
@@ -115,7 +116,7 @@ class BatchRules:
                  codec: "Codec", timeout: GroupStateTimeout, output_schema: "StructType | None") -> None:
         from pyspark.sql.pandas.types import to_arrow_type
 
-        from .engines.columns import arrow_column_converter
+        from .engines.row_values import arrow_column_converter
 
         self.operator = operator
         self.func = func

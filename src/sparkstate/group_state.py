@@ -2,8 +2,8 @@
 
 This module is the one place where the semantics live: both engines and the no-Spark harness
 (:mod:`sparkstate.testing`) run a key through :func:`run_call` and act on the :class:`Outcome`
-it returns (``Outcome.delete``: the key's stored row goes), ask :func:`is_due` which keys time
-out, :func:`timer_for` which transformWithState timer fires a timeout, and
+it returns (``Outcome.delete``: the key's stored row goes), ask :func:`due_keys` which keys time
+out and in what order, :func:`timer_for` which transformWithState timer fires a timeout, and
 :func:`initial_timeout` what timeout a key loaded from initial state has; so they cannot drift
 apart.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Container, Iterable, Iterator
 
 from .durations import Duration, Instant, instant_ms, positive_ms, to_ms, utc
 from .errors import ConfigError, StateNotFoundError, TimeoutConfigError, UserFunctionError
@@ -397,6 +397,20 @@ def reset_state(state: GroupState, value: Any, exists: bool, timed_out: bool) ->
 def is_due(timeout_ms: int, now_ms: int) -> bool:
     """Whether a timeout has passed: strictly before the watermark / processing time, as Spark."""
     return timeout_ms < now_ms
+
+
+def due_keys(pending: Iterable[tuple[Any, int | None, Any]], now_ms: int, with_rows: Container[Any] = ()) -> list:
+    """The keys to call with ``hasTimedOut``, in the order they are called.
+
+    ``pending``: ``(key, timeout_ms, item)`` for each stored key (``timeout_ms`` None when it has
+    none). Due are the keys whose timeout :func:`is_due` and that have no new rows in the batch
+    (``with_rows``: a key with rows is called for its rows instead, and its timeout is unset).
+    Returns their ``(key, item)`` pairs, earliest timeout first, ties in the order given: every
+    engine and harness calls timed-out keys in this order.
+    """
+    due = [(t, k, item) for k, t, item in pending if t is not None and is_due(t, now_ms) and k not in with_rows]
+    due.sort(key=lambda d: d[0])  # stable: ties keep the given order
+    return [(k, item) for _, k, item in due]
 
 
 def timer_for(timeout_ms: int, now_ms: int | None = None) -> int:

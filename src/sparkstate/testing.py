@@ -1,7 +1,7 @@
 """Unit-test a state function without Spark: :class:`GroupStateHarness`.
 
 The harness keeps state in memory and moves time by hand, and it decides timeouts and expiry
-with the same code as the Spark engines (:mod:`sparkstate.group_state`: ``run_call``, ``is_due``,
+with the same code as the Spark engines (:mod:`sparkstate.group_state`: ``run_call``, ``due_keys``,
 ``initial_timeout``). State goes
 through the same codec as on Spark, so a value that cannot be stored fails here too, and
 mutating a state object without calling ``update`` is lost here as it is on Spark.
@@ -37,7 +37,7 @@ from typing import Any, Container, Iterable, Mapping
 
 from .durations import Duration, Instant, instant_ms, to_ms
 from .errors import ConfigError, StateTypeError
-from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, initial_timeout, is_due, run_call
+from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, due_keys, initial_timeout, run_call
 from .types import Codec
 
 __all__ = ["BatchStateHarness", "GroupStateHarness", "ManualClock"]
@@ -176,10 +176,9 @@ class GroupStateHarness:
         return self._codec.decode(encoded) if self._codec else encoded
 
     def _fire(self, now_ms: int, skip: Container[Any] = ()) -> list:
-        due = [(s.timeout_ms, i, k) for i, (k, s) in enumerate(self._slots.items())
-               if s.timeout_ms is not None and is_due(s.timeout_ms, now_ms) and k not in skip]
+        due = due_keys(((k, s.timeout_ms, None) for k, s in self._slots.items()), now_ms, skip)
         outputs: list = []
-        for _, _, key in sorted(due, key=lambda t: (t[0], t[1])):
+        for key, _ in due:
             outputs.extend(self._call(key, iter(()), timed_out=True))
         return outputs
 
@@ -304,10 +303,7 @@ class BatchStateHarness:
         n_input = len(keys)
         if self.timeout is not GroupStateTimeout.NoTimeout:
             now = self._watermark.now_ms if self._event_time else self._clock.now_ms
-            seen = set(keys)
-            due = [(e[1], i, k) for i, (k, e) in enumerate(self._entries.items())
-                   if e[1] is not None and is_due(e[1], now) and k not in seen]
-            keys += [k for _, _, k in sorted(due, key=lambda t: (t[0], t[1]))]
+            keys += [k for k, _ in due_keys(((k, e[1], None) for k, e in self._entries.items()), now, set(keys))]
         empty = pd.DataFrame(columns=list(self._output.names) if self._output is not None else [])
         if not keys:
             return empty

@@ -39,32 +39,30 @@ def test_keys_with_identical_hash_bits_stay_in_one_leaf():
 # --- packed input: the mapInArrow step and the processor's grouping ---------------------------
 
 def _grouper(names: list[str], key_pos: list[int]):
-    """A processor reduced to what _group needs (no Spark, no state)."""
+    """The batched engine's input grouping alone (no Spark, no state)."""
+    from types import SimpleNamespace
+
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+    from sparkstate.engines.batched.grouping import Grouper
     from sparkstate.engines.batched.layout import HASH_COLUMN
-    from sparkstate.engines.batched.processor import _Processor
-    from sparkstate.engines.columns import arrow_column_converter
 
     schema = StructType([StructField(n, StringType() if n != "n" else LongType()) for n in names]
                         + [StructField(HASH_COLUMN, LongType())])
-    p = _Processor.__new__(_Processor)
-    p.value_schema, p.n_values, p.value_names = schema, len(names), names
-    p.key_pos, p.hash_pos, p.decode_value, p.packed = key_pos, len(names), None, True
-    p.converters = [arrow_column_converter(f.dataType) for f in schema.fields[: len(names)]]
-    return p
+    plan = SimpleNamespace(key_columns=[names[i] for i in key_pos], value_decoder=None)
+    return Grouper(plan, schema)
 
 
 def _packed_frames(rows: list[tuple], hashes: list[int], buckets: list[int]):
     import pandas as pd
     import pyarrow as pa
 
-    from sparkstate.engines.batched.engine import _packer
+    from sparkstate.engines.batched.packing import packer
     from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN
 
     table = pa.table({"user": [r[0] for r in rows], "n": pa.array([r[1] for r in rows], pa.int64()),
                       HASH_COLUMN: pa.array(hashes, pa.int64()), BUCKET_COLUMN: pa.array(buckets, pa.int32())})
-    out = list(_packer(3)(iter(table.to_batches(max_chunksize=3))))
+    out = list(packer(3)(iter(table.to_batches(max_chunksize=3))))
     frames = {}
     for batch in out:
         for b, blob in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
@@ -79,7 +77,7 @@ def test_packing_keeps_every_row_and_each_keys_order():
     assert sorted(frames) == [0, 1]
     got = {}
     for frame in frames.values():
-        groups, hs = _grouper(["user", "n"], [0])._group(iter([frame]))
+        groups, hs = _grouper(["user", "n"], [0]).group(iter([frame]))
         for k, vals in groups.items():
             got[k] = ([tuple(v) for v in vals], hs[k])
     assert got == {
@@ -93,7 +91,7 @@ def test_packing_keeps_every_row_and_each_keys_order():
 def test_two_keys_with_one_hash_are_kept_apart():
     rows = [("x", 1), ("y", 2), ("x", 3), ("y", 4)]
     frame = _packed_frames(rows, [7, 7, 7, 7], [0, 0, 0, 0])[0]
-    groups, hs = _grouper(["user", "n"], [0])._group(iter([frame]))
+    groups, hs = _grouper(["user", "n"], [0]).group(iter([frame]))
     assert {k: [v.n for v in vals] for k, vals in groups.items()} == {"x": [1, 3], "y": [2, 4]}
     assert hs == {"x": 7, "y": 7}
 

@@ -19,7 +19,7 @@ import pytest
 from sparkstate.group_state import GroupStateTimeout
 from sparkstate.synthetic import EVENT_SCHEMA, Event, Session, generate_events, reference_sessions
 from sparkstate.pipelines import sessionize
-from sparkstate.pipelines.sessionize import OpenSession, _Sessionizer
+from sparkstate.pipelines.sessionizer import OpenSession, Sessionizer
 from sparkstate.testing import GroupStateHarness
 
 import json
@@ -90,7 +90,7 @@ def watermarks(batches: list[list[Event]], delay_ms: int) -> list[int]:
 
 
 def harness(emit_on_last: bool = False) -> GroupStateHarness:
-    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit_on_last=emit_on_last)
+    func = Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit_on_last=emit_on_last)
     return GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
 
 
@@ -181,7 +181,7 @@ def test_the_orders_exercise_what_they_should():
 def _final_times(batches: list[list[Event]], wms: list[int], emit_on_last: bool = False) -> list[tuple[int, int]]:
     """Run ``batches`` (then the no-data batch) with ``event_time_column``: per output row, its
     column's time (epoch ms) and the watermark of the batch before the one that emitted it."""
-    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit_on_last=emit_on_last,
+    func = Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit_on_last=emit_on_last,
                         time_column=True)
     h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
     out, previous = [], 0
@@ -221,7 +221,7 @@ def test_the_event_time_column_needs_its_one_millisecond():
 
 def test_a_refused_row_has_no_event_time_column_value():
     """late='emit': a refused row comes out with the column null (no session, nothing to window)."""
-    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True, time_column=True)
+    func = Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True, time_column=True)
     h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
     h.run_batch({"u": [("u", at(10), "a", False, None, None)]}, watermark=0)
     out = h.run_batch({"u": [("u", at(5), "late", False, None, None)]}, watermark=_ms(at(100)))
@@ -318,7 +318,7 @@ def test_equal_times_do_not_depend_on_arrival_order():
 
 
 def test_an_event_at_the_watermark_is_late():
-    func = _Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True)
+    func = Sessionizer(GAP_MS, "event", streaming=True, has_timestamp=True, emit=True)
     h = GroupStateHarness(func, OpenSession, GroupStateTimeout.EventTimeTimeout, flat=True)
     wm = _ms(at(100))
     out = h.run_batch({"u": [("u", at(100), "at", False, None), ("u", at(100.001), "after", False, None),

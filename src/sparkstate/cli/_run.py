@@ -101,8 +101,8 @@ def _connector_settings(config: Any) -> dict[str, str]:
     """spark.jars / spark.jars.packages for a session this command starts (see :mod:`sparkstate.io.connectors`)."""
     from ..io.connectors import spark_settings
 
-    specs = [config.source, config.sink, config.deadletter or ""]
-    kafka = any(s.strip().lower().startswith("kafka:") for s in specs)
+    kafka = "kafka" in (config.source_spec.kind, config.sink_spec.kind,
+                        config.deadletter_spec.kind if config.deadletter_spec else None)
     return spark_settings(config.packages, config.jars, kafka=kafka)
 
 
@@ -145,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = job_config(args)
     # Spark's console sink prints on fd 1: keep it on the terminal, and progress off the live table.
-    to_console = "console" in (config.sink.strip().lower(), (config.deadletter or "").strip().lower())
+    to_console = "console" in (config.sink_spec.kind, config.deadletter_spec.kind if config.deadletter_spec else None)
     active = SparkSession.getActiveSession()
     own_session = active is None
     remote = remote_url(config.remote) if config.master is None else None

@@ -33,17 +33,32 @@ import logging
 import sys
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 from ..errors import ConfigError, SinkError
 from ..session import is_connect
-from .postgres import PostgresBatchWriter
+from .postgres import PostgresBatchWriter, PostgresTarget
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from .sinks import SinkSpec
+
+class SinkSpec(Protocol):
+    """What a writer is chosen by: a parsed sink spec (:class:`sparkstate.io.sinks.SinkSpec`).
+    Written here as a protocol so that this module does not import the module that parses specs."""
+
+    kind: str
+    path: str | None
+    url: str | None
+    table: str | None
+    name: str | None
+
+    @property
+    def is_file(self) -> bool: ...
+
+    @property
+    def postgres_target(self) -> PostgresTarget: ...
 
 log = logging.getLogger("sparkstate.io.sinks")
 

@@ -23,13 +23,16 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from ..durations import positive_ms, to_ms
+from ..durations import positive_ms
 from ..errors import ConfigError
 from ..paths import absolute_path
-from ..pipelines.sessionize import TIME_MODES
 from .pipelines import JOB_PIPELINES
+
+if TYPE_CHECKING:
+    from ..io.sinks import SinkSpec
+    from ..io.sources import SourceSpec
 
 log = logging.getLogger("sparkstate.jobs")
 
@@ -111,6 +114,10 @@ class JobConfig:
     jars: str | None = None
     max_batch_records: int = 100_000
     max_batch_files: int = 100
+    # parsed from the three spec strings above by __post_init__
+    source_spec: "SourceSpec" = field(init=False, repr=False, compare=False)
+    sink_spec: "SinkSpec" = field(init=False, repr=False, compare=False)
+    deadletter_spec: "SinkSpec | None" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("max_batch_records", "max_batch_files"):
@@ -129,15 +136,8 @@ class JobConfig:
                               " `source` in the config file")
         if self.format is not None and self.format not in FORMATS:
             raise ConfigError(f"run: format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        if self.time_mode not in TIME_MODES:
-            raise ConfigError(f"run: time mode must be 'event' or 'processing', got {self.time_mode!r}")
         try:
-            positive_ms(self.gap, "run: gap")
             positive_ms(self.trigger, "run: trigger")
-            if to_ms(self.watermark, "run: watermark") < 0:
-                raise ValueError(f"run: watermark must be zero or positive, got {self.watermark!r}")
-            if self.max_future_skew is not None:
-                positive_ms(self.max_future_skew, "run: max-future-skew")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         if self.master is not None and (not isinstance(self.master, str) or not self.master.strip()
@@ -153,26 +153,25 @@ class JobConfig:
 
             if self.engine not in ENGINES:
                 raise ConfigError(f"run: engine must be one of {', '.join(sorted(ENGINES))}, got {self.engine!r}")
-        if self.emit_on_last and self.time_mode != "event":
-            raise ConfigError("run: --emit-on-last applies to --time-mode event (processing time always writes a"
-                              " session at its is_last event)")
         for name in REFUSED_ELSEWHERE:
             owners = _owners(name)
             if getattr(self, name) is not None and self.pipeline not in owners:
                 raise ConfigError(f"run: --{name.replace('_', '-')} applies to {' and '.join(owners)} only,"
                                   f" not to {self.pipeline}")
-        # The specs are checked now, before Spark starts (parsing them needs no Spark).
+        check = JOB_PIPELINES[self.pipeline].check
+        if check is not None:
+            check(self)
+        # The specs are parsed now, before Spark starts (parsing them needs no Spark), and kept.
         from ..io.sinks import parse_sink
         from ..io.sources import parse_source
 
-        parse_source(self.source)
-        parse_sink(self.sink)
-        if self.deadletter is not None:
-            parse_sink(self.deadletter)
+        object.__setattr__(self, "source_spec", parse_source(self.source))
+        object.__setattr__(self, "sink_spec", parse_sink(self.sink))
+        object.__setattr__(self, "deadletter_spec", None if self.deadletter is None else parse_sink(self.deadletter))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values (``options`` as a dict)."""
-        d = dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         d["options"] = dict(self.options)
         return d
 
@@ -195,10 +194,8 @@ def source_options(config: JobConfig) -> dict[str, str]:
     >>> source_options(JobConfig("running-count", source="generator", max_batch_records=0))
     {}
     """
-    from ..io.sources import parse_source
-
     opts = {str(k): str(v) for k, v in config.options.items()}
-    kind = parse_source(config.source).kind
+    kind = config.source_spec.kind
     if kind in BATCH_LIMITS:
         field_name, option, given = BATCH_LIMITS[kind]
         limit = getattr(config, field_name)
@@ -245,7 +242,7 @@ def with_absolute_paths(config: JobConfig) -> JobConfig:
     return dataclasses.replace(config, **changes)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(JobConfig)}
+_FIELDS = {f.name: f for f in dataclasses.fields(JobConfig) if f.init}
 _BOOLS = {"once", "emit_on_last"}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from pyspark.sql import functions as F
 
 from ..ddl import column_names
+from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
 from ..io.parse import RAW, SOURCE
 from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
-from ..pipelines.sessionize import LATE_PREFIX, REJECTED
+from ..pipelines.sessionize import LATE_PREFIX, REJECTED, TIME_MODES
 from ..pipelines.visited_pages import PAGES_COLUMN
 from ..synthetic.generator import EVENT_SCHEMA
 
@@ -91,8 +92,10 @@ class JobPipeline:
     hold records the pipeline refused (:class:`Refusals`); such a pipeline is given the events
     with their raw text and origin (:data:`CARRY`) to copy into them. ``settings``: the
     :class:`~sparkstate.jobs.JobConfig` fields only this pipeline (and others naming them) reads;
-    the others ignore them. ``marker``: the settings its checkpoint records, which a restart
-    must keep (:func:`~sparkstate.jobs.run.check_checkpoint`).
+    the others ignore them. ``check(config)``: refuses (:class:`~sparkstate.errors.ConfigError`)
+    a value of those settings the pipeline cannot run with, before Spark starts. ``marker``: the
+    settings its checkpoint records, which a restart must keep
+    (:func:`~sparkstate.jobs.run.check_checkpoint`).
     """
 
     name: str
@@ -103,6 +106,7 @@ class JobPipeline:
     observe: Callable[[], list["Column"]] | None = None
     refusals: Refusals | None = None
     settings: tuple[str, ...] = ()
+    check: Callable[[JobSettings], None] | None = None
     marker: tuple[Kept, ...] = ()
 
     @property
@@ -194,13 +198,30 @@ def _visited_pages(events: "DataFrame", cfg: JobSettings, spark: "SparkSession")
 #: The settings sessionize reads (the other pipelines ignore them).
 SESSIONIZE_SETTINGS = ("gap", "time_mode", "watermark", "max_future_skew", "emit_on_last")
 
+
+def _check_sessionize(cfg: JobSettings) -> None:
+    if cfg.time_mode not in TIME_MODES:
+        raise ConfigError(f"run: time mode must be 'event' or 'processing', got {cfg.time_mode!r}")
+    try:
+        positive_ms(cfg.gap, "run: gap")
+        if to_ms(cfg.watermark, "run: watermark") < 0:
+            raise ValueError(f"run: watermark must be zero or positive, got {cfg.watermark!r}")
+        if cfg.max_future_skew is not None:
+            positive_ms(cfg.max_future_skew, "run: max-future-skew")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if cfg.emit_on_last and cfg.time_mode != "event":
+        raise ConfigError("run: --emit-on-last applies to --time-mode event (processing time always writes a"
+                          " session at its is_last event)")
+
+
 JOB_PIPELINES: dict[str, JobPipeline] = {
     p.name: p
     for p in (
         JobPipeline(
             "sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out,
             refusals=Refusals(REJECTED, ("event_time", "data", "is_last"), late=LATE_PREFIX),
-            settings=SESSIONIZE_SETTINGS,
+            settings=SESSIONIZE_SETTINGS, check=_check_sessionize,
             marker=(Kept("time_mode", "holds {stored}-time {pipeline} state, and this job runs in {want} time: its"
                                       " pending timeouts would be read on the wrong clock"),),
         ),

@@ -39,7 +39,7 @@ from ..durations import positive_ms
 from ..errors import ConfigError, JobFailedError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, SOURCE, dead_raw, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, local_path, parse_sink
-from ..io.sources import open_source, parse_source
+from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
 from ..session import is_connect
@@ -99,8 +99,8 @@ class JobResult:
 
 
 def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
-    if config.deadletter:
-        return parse_sink(config.deadletter)
+    if config.deadletter_spec is not None:
+        return config.deadletter_spec
     if sink.deadletter_sink is not None:
         return sink.deadletter_sink
     if sink.kind == "console":
@@ -258,9 +258,9 @@ class _Job:
 def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     """Open the source, define the pipeline and check everything; nothing is written yet."""
     pipeline = JOB_PIPELINES[config.pipeline]
-    sink = parse_sink(config.sink)
+    sink = config.sink_spec
     check_checkpoint(config)
-    source = open_source(spark, parse_source(config.source), schema=pipeline.schema, fmt=config.format,
+    source = open_source(spark, config.source_spec, schema=pipeline.schema, fmt=config.format,
                          options=source_options(config))
     events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)

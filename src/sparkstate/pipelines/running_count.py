@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
 from ..engines import Engine
 from ..operators import map_groups_with_state
-from ._columns import check_column, require_dataframe
+from .checks import check_column, require_dataframe
 
 NAME = "running_count"
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
-from ._columns import check_column, require_dataframe
+from .checks import check_column, require_dataframe
 from .sessionize import END_OFFSET_KEY
 
 

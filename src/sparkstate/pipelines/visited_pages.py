@@ -26,7 +26,7 @@ from ..group_state import State
 from ..engines import Engine
 from ..operators import map_with_state
 from ..spec import StateSpec
-from ._columns import check_column, require_dataframe
+from .checks import check_column, require_dataframe
 
 NAME = "visited_pages"
 

@@ -1,6 +1,6 @@
 """The batched engine: many keys per Python call, no per-key round trip to the JVM.
 
-The input is hashed into buckets and packed before the shuffle (:func:`.processor._packer`);
+The input is hashed into buckets and packed before the shuffle (:func:`.packing.packer`);
 ``transformWithStateInPandas`` grouped by bucket runs :mod:`.processor` once per bucket with
 input or a due timer; state is kept in the layout of :mod:`.layout`.
 """
@@ -20,7 +20,8 @@ from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, 
                     initial_key_column)
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
-from .processor import BLOB_COLUMN, PACKED_SCHEMA, _packer, _Processor
+from .packing import BLOB_COLUMN, PACKED_SCHEMA, packer
+from .processor import BucketProcessor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -80,7 +81,7 @@ def spark_partition_of(bucket: int, partitions: int) -> int:
     return signed % partitions
 
 
-def _initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_rows: int) -> "DataFrame":
+def initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_rows: int) -> "DataFrame":
     """Group an initial-state DataFrame (engine layout) into whole leaves, one row per leaf."""
     from pyspark.sql import functions as F
 
@@ -142,7 +143,7 @@ class BatchedEngine(Engine):
 
     name = layout.ENGINE
     #: the StatefulProcessor run per bucket (``map_batches_with_state`` runs its own, same layout)
-    processor_class: type = _Processor
+    processor_class: type = BucketProcessor
 
     def __init__(self, buckets: int | None = None, leaf_rows: int = 64, pack: bool = True) -> None:
         if (buckets is not None and int(buckets) < 1) or int(leaf_rows) < 1:
@@ -204,12 +205,12 @@ class BatchedEngine(Engine):
             processor = self.processor_class(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
         else:
             cols = [F.col(f"`{c}`") for c in df.columns]
-            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(_packer(len(cols) + 1), PACKED_SCHEMA)
+            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
             schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
             processor = self.processor_class(plan, self.buckets, self.leaf_rows, schema)
         init = None
         if initial_state is not None:
-            init = _initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
+            init = initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
         return data.groupBy(BUCKET_COLUMN).transformWithStateInPandas(
             statefulProcessor=processor,
             **operator_options(plan, init),

@@ -8,7 +8,7 @@ as for any transformWithState query):
   state partition (64 in checkpoints written before the count followed the partitions), so
   every partition's task has buckets to run. The bucket is transformWithState's grouping key, so one Python call serves every
   key of a bucket that has input in the micro-batch. The input is packed before the shuffle
-  (:func:`.engine._packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
+  (:func:`.packing.packer`: one Arrow IPC blob per bucket and partition chunk), so neither Spark's
   shuffle nor PySpark's row-by-row feeding of the processor sees individual events; an input
   with an event-time watermark column goes in unpacked, so that Spark still drops its late rows.
 - A bucket's keys live in *leaves*: a map state ``sparkstate_leaves`` from leaf id to one

@@ -4,7 +4,7 @@ micro-batch, with the bucket's rows and states as pandas columns.
 Same buckets, directory, leaves, timers, packing and initial state as the per-key processor
 (:mod:`.processor`, layout :mod:`.layout`), so checkpoints, restarts and the state tools work
 unchanged. Only the middle differs: instead of grouping the input into per-key ``Row`` lists and
-calling the function per key, :class:`_VectorProcessor` sorts the bucket's Arrow input by key,
+calling the function per key, :class:`VectorProcessor` sorts the bucket's Arrow input by key,
 converts it to one pandas frame, gathers the keys' leaf entries into ``batch.state`` and writes
 back what the function's :class:`~sparkstate.batch_state.StateUpdate` says
 (:class:`~sparkstate.batch_state.BatchRules`: the rules, shared with the no-Spark harness).
@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ...batch_state import NO_ENTRY, BatchRules
-from ...group_state import is_due
+from ...group_state import due_keys
 from .engine import BatchedEngine
-from .processor import _gc_paused, _key_cuts, _Processor
+from .grouping import gc_paused, key_cuts
+from .processor import BucketProcessor
 
 
-class _VectorProcessor(_Processor):
+class VectorProcessor(BucketProcessor):
     """transformWithStateInPandas processor of ``map_batches_with_state`` (grouping key: the bucket)."""
 
     def init(self, handle: Any) -> None:
@@ -32,14 +33,15 @@ class _VectorProcessor(_Processor):
         self.rules = BatchRules(plan.operator, plan.func, plan.key_columns,
                                 [self.value_schema[k].dataType for k in plan.key_columns],
                                 plan.state_codec, plan.timeout, plan.output_schema)
-        self.arrow_types = [to_arrow_type(f.dataType, timezone="UTC") for f in fields[: self.n_values]]
+        self.arrow_types = [to_arrow_type(f.dataType, timezone="UTC") for f in fields[: self.input.n_values]]
 
     # -- input: one Arrow table of the bucket's rows, a key's rows together ------------------------
     def _table(self, frames: Iterator[Any]) -> Any:
         import pyarrow as pa
 
+        inp = self.input
         if self.packed:
-            tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf.iloc[:, 1].tolist()]
+            tables = inp.packed_tables(frames)
         else:
             # event-time input arrives row by row as pandas (see engine.py): back to Arrow, through
             # the converters that undo PySpark's pandas conversion (nulls in ints, longs as strings)
@@ -50,9 +52,9 @@ class _VectorProcessor(_Processor):
                 if len(pdf) == 0:
                     continue
                 cols = [pa.array(conv(pdf.iloc[:, i]), type=t)
-                        for i, (conv, t) in enumerate(zip(self.converters, self.arrow_types))]
-                cols.append(pa.array(pdf.iloc[:, self.hash_pos].to_numpy(np.int64)))
-                tables.append(pa.table(cols, names=self.value_names + ["_h"]))
+                        for i, (conv, t) in enumerate(zip(inp.converters, self.arrow_types))]
+                cols.append(pa.array(pdf.iloc[:, inp.hash_pos].to_numpy(np.int64)))
+                tables.append(pa.table(cols, names=inp.value_names + ["_h"]))
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return None
@@ -63,17 +65,18 @@ class _VectorProcessor(_Processor):
         their hashes, each row's key position, and the keys as Arrow arrays (or None)."""
         import numpy as np
 
-        h = table.column(self.hash_pos).to_numpy()
+        key_pos = self.input.key_pos
+        h = table.column(self.input.hash_pos).to_numpy()
         order = np.argsort(h, kind="stable")
         h = h[order]
         table = table.take(order)
         cuts = np.flatnonzero(h[1:] != h[:-1]) + 1
-        if _key_cuts(table, self.key_pos, len(h)).tolist() == cuts.tolist():
+        if key_cuts(table, key_pos, len(h)).tolist() == cuts.tolist():
             starts = np.concatenate(([0], cuts)).astype(np.int64)
             heads = table.take(starts)
             keys = self._keys(heads)
             index = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(np.append(starts, len(h))))
-            arrays = [heads.column(i).combine_chunks() for i in self.key_pos]
+            arrays = [heads.column(i).combine_chunks() for i in key_pos]
             return table, keys, h[starts].tolist(), index, arrays
         # null keys, or two keys sharing a hash: group by the keys themselves, first seen first
         all_keys = self._keys(table)
@@ -87,41 +90,34 @@ class _VectorProcessor(_Processor):
         return table, [all_keys[i] for i in order[first]], hs[first].tolist(), sorted_ids, None
 
     def _keys(self, table: Any) -> list:
-        cols = [conv(table.column(i)) for i, conv in zip(self.key_pos, self.rules.key_convs)]
+        cols = [conv(table.column(i)) for i, conv in zip(self.input.key_pos, self.rules.key_convs)]
         return cols[0] if len(cols) == 1 else list(zip(*cols))
 
     # -- one call -----------------------------------------------------------------------------
     def _run(self, table: Any, tv: Any) -> list:
         pt, wm = self.times(tv)
         now = self.now(pt, wm)
-        d = self._load_dir()
+        store = self.store
+        d = store.load_dir()
         index = arrays = None
         if table is not None:
             table, keys, hashes, index, arrays = self._runs(table)
         else:
             keys, hashes = [], []
-        lids, due, touched = self._touch(d, hashes, now)
+        lids, due, touched = store.touch(d, hashes, now)
         entries = [touched[lid].get(k, NO_ENTRY) for k, lid in zip(keys, lids)]
         n_input = len(keys)
         if due:
-            with_rows = set(keys)
-            for lid in due:
-                for k, e in touched[lid].items():
-                    t = e[1]
-                    if t is not None and k not in with_rows and is_due(t, now):
-                        keys.append(k)
-                        hashes.append(e[2])
-                        lids.append(lid)
-                        entries.append(e)
+            pending = ((k, e[1], (lid, e)) for lid in due for k, e in touched[lid].items())
+            for k, (lid, e) in due_keys(pending, now, set(keys)):
+                keys.append(k)
+                hashes.append(e[2])
+                lids.append(lid)
+                entries.append(e)
         out: list = []
         if keys:
             out = self._call_batch(table, keys, hashes, lids, entries, n_input, touched, pt, wm, index, arrays)
-        if touched:
-            self._save(d, touched)
-        before = d.timer
-        self._arm(d, now)
-        if touched or d.timer != before or d.fresh:
-            self.dir_state.update((d.dumps(),))
+        store.commit(d, touched, now)
         return out
 
     def _call_batch(self, table: Any, keys: list, hashes: list, lids: list, entries: list, n_input: int,
@@ -131,7 +127,7 @@ class _VectorProcessor(_Processor):
         if table is None:
             rows, index = self._empty_rows(), np.zeros(0, np.int64)
         else:
-            rows = table.select(range(self.n_values)).to_pandas()
+            rows = table.select(range(self.input.n_values)).to_pandas()
         where = dict(zip(keys, range(len(keys))))
         output, writes = self.rules.call(rows, keys, entries, n_input, pt, wm, self.plan.has_watermark, index, arrays,
                                          where)
@@ -146,20 +142,20 @@ class _VectorProcessor(_Processor):
     def _empty_rows(self) -> Any:
         import pyarrow as pa
 
-        schema = pa.schema([pa.field(n, t) for n, t in zip(self.value_names, self.arrow_types)])
+        schema = pa.schema([pa.field(n, t) for n, t in zip(self.input.value_names, self.arrow_types)])
         return schema.empty_table().to_pandas()
 
     # -- the transformWithState callbacks ---------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        with _gc_paused():
+        with gc_paused():
             return iter(self._run(self._table(rows), timerValues))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
-        with _gc_paused():
+        with gc_paused():
             return iter(self._run(None, timerValues))
 
 
 class VectorizedEngine(BatchedEngine):
     """The batched engine running a ``map_batches_with_state`` function (same layout and options)."""
 
-    processor_class = _VectorProcessor
+    processor_class = VectorProcessor

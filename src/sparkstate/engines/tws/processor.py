@@ -21,7 +21,7 @@ from .type_tags import tag_fields, type_tag
 from ..call_context import Calls, time_mode
 from ..state_fields import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
-from ..columns import row_fixer
+from ..row_values import row_fixer
 from .layout import LEGACY_GUARD_SCHEMA, LEGACY_STATE_VARIABLE, STATE_ROW_SCHEMA, STATE_VARIABLE
 
 

@@ -19,7 +19,7 @@ from pyspark.sql.types import (
     LongType, MapType, ShortType, StructType, TimestampNTZType, TimestampType,
 )
 
-from ..columns import nested_converter
+from ..row_values import nested_converter
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 try:

@@ -1,0 +1,179 @@
+"""One bucket's state in Spark's state store, as the batched engine's processors read and write it
+during a call: the directory (a value-state variable) and the leaves it points to (a map-state
+variable), laid out as :mod:`.layout` describes, and the bucket's one timer.
+
+A call loads the directory (:meth:`BucketStore.load_dir`), then the leaves its keys and due
+timeouts fall in (:meth:`BucketStore.touch`), changes the leaves' entries in place, and hands them
+back (:meth:`BucketStore.commit`): only the leaves whose bytes changed are written, the timer is
+moved to the earliest pending timeout, and the directory is written when it changed.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from ...errors import StateSchemaError
+from ...group_state import is_due, timer_for
+from ..base import PICKLE_PROTOCOL
+from ..state_fields import relay
+from .layout import DIR_SCHEMA, DIR_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, Directory, \
+    min_timeout, place_keys, split_leaf
+from .wire import LeafIO
+
+
+class BucketStore:
+    """The state variables of the bucket a call serves (``handle``: transformWithState's).
+
+    ``fields``, ``key_schema`` and ``state_schema``: what the query stores now (a directory
+    written with other state fields is re-laid as these, :mod:`..state_fields`); ``timers``:
+    whether the query has timeouts (else no timer is ever registered).
+    """
+
+    def __init__(self, handle: Any, operator: str, buckets: int, leaf_rows: int, fields: tuple[str, ...],
+                 key_schema: str, state_schema: str, timers: bool) -> None:
+        self.handle = handle
+        self.operator = operator
+        self.buckets = buckets
+        self.leaf_rows = leaf_rows
+        self.fields = fields
+        self.key_schema = key_schema
+        self.state_schema = state_schema
+        self.timers = timers
+        self.dir_state = handle.getValueState(DIR_VARIABLE, DIR_SCHEMA)
+        self.leaf_state = handle.getMapState(LEAF_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA)
+        self.leaf_io = LeafIO(self.leaf_state)
+        self._blobs: dict[int, bytes] = {}  # the stored bytes of the leaves read for this call
+        self._remap: dict[tuple, Any] = {}
+
+    # -- reading ----------------------------------------------------------------------------------
+    def load_dir(self) -> Directory:
+        row = self.dir_state.get()
+        if row is None:
+            return Directory.new(self.buckets, self.fields, self.key_schema, self.state_schema)
+        d = Directory.loads(row[0])
+        if d.buckets != self.buckets:
+            raise StateSchemaError(
+                f"{self.operator}: this checkpoint's state is hashed into {d.buckets} buckets and the query"
+                f" into {self.buckets}. Pass the operator checkpoint= (the checkpoint's count is then used) or"
+                f" engine=ss.BatchedEngine(buckets={d.buckets}); to change the count, rescale: export the state"
+                " and start on a new checkpoint with it as initial_state (docs/cluster.md, Rescaling)."
+            )
+        return d
+
+    def touch(self, d: Directory, key_hashes: list[int], now: int) -> tuple[list[int], list[int], dict[int, dict]]:
+        """The leaf of each key hash, the leaves holding a due timeout, and every leaf the call
+        needs, read: those two, or all of the bucket's when its state type changed (the
+        directory records one field layout for the whole bucket, so they are all re-laid now)."""
+        leaves = d.leaves
+        lids = place_keys(leaves, key_hashes)
+        need = set(lids)
+        if d.fields != self.fields:
+            need.update(lid for lid, (count, _) in leaves.items() if count)
+        due: list[int] = []
+        if self.timers:
+            due = [lid for lid, (_, m) in leaves.items() if m is not None and is_due(m, now)]
+            need.update(due)
+        return lids, due, self.load_leaves(d, need)
+
+    def load_leaves(self, d: Directory, need: set[int]) -> dict[int, dict]:
+        """The entries of the leaves in ``need``: reads in windows (:class:`.wire.LeafIO`), or,
+        when most of the bucket's stored leaves are needed, one scan of the bucket's map state.
+        Each leaf's blob is kept, so that :meth:`save` writes only the leaves that changed."""
+        stored = [lid for lid in need if d.leaves[lid][0]]
+        out = {lid: {} for lid in need if not d.leaves[lid][0]}
+        blobs = self._blobs = {}
+        if len(stored) >= 8 and len(stored) * 2 >= sum(1 for c, _ in d.leaves.values() if c):
+            for (lid,), (blob,) in self.leaf_state.iterator():
+                if lid in need:
+                    blobs[lid] = blob
+        else:
+            for lid, blob in zip(stored, self.leaf_io.get_many(stored)):
+                if blob is not None:
+                    blobs[lid] = blob
+        for lid in stored:
+            blob = blobs.get(lid)
+            out[lid] = {} if blob is None else self._unpickle(d, blob)
+        return out
+
+    def _unpickle(self, d: Directory, blob: bytes) -> dict:
+        entries = pickle.loads(blob)
+        return self._evolve(d.fields, entries) if d.fields != self.fields else entries
+
+    def _evolve(self, stored: tuple[str, ...], entries: dict) -> dict:
+        """Re-lay state columns written with ``stored`` field names as the current fields."""
+        idx = self._remap.get(stored)
+        if idx is None:
+            idx = self._remap[stored] = relay(stored, self.fields)
+        for e in entries.values():
+            cols = e[0]
+            if cols is not None:
+                e[0] = tuple(None if i is None else cols[i] for i in idx)
+        return entries
+
+    # -- writing ----------------------------------------------------------------------------------
+    def commit(self, d: Directory, touched: dict[int, dict], now: int) -> None:
+        """Write back a call's leaves (``touched``, as :meth:`touch` returned them, changed in
+        place), move the timer, and write the directory if any of that changed it."""
+        changed = self.save(d, touched) if touched else False
+        before = d.timer
+        self.arm(d, now)
+        if changed or d.timer != before or d.fresh:
+            self.dir_state.update((d.dumps(),))
+
+    def save(self, d: Directory, changed: dict[int, dict]) -> bool:
+        """Write the leaves that changed (splitting the big ones), in windows, and refresh their
+        directory entries; True if the directory changed (else it need not be written)."""
+        blobs = self._blobs
+        puts: list = []
+        removes: list = []
+        moved = False
+        for lid, entries in changed.items():
+            parts = split_leaf(lid, entries, self.leaf_rows) if len(entries) > self.leaf_rows else {lid: entries}
+            if lid not in parts:
+                del d.leaves[lid]
+                removes.append(lid)
+                moved = True
+            for pid, ents in parts.items():
+                meta = [len(ents), min_timeout(ents)]
+                if d.leaves.get(pid) != meta:
+                    d.leaves[pid] = meta
+                    moved = True
+                if ents:
+                    blob = pickle.dumps(ents, PICKLE_PROTOCOL)
+                    if blobs.get(pid) != blob:
+                        puts.append((pid, blob))
+                elif pid == lid and lid in blobs:
+                    removes.append(pid)
+        self.leaf_io.write_many(puts, removes)
+        if d.fields != self.fields or d.state_schema != self.state_schema:
+            d.fields = self.fields
+            d.state_schema = self.state_schema
+            moved = True
+        return moved
+
+    def arm(self, d: Directory, now: int) -> None:
+        """Keep exactly one timer per bucket, at its earliest timeout (+1: timeouts are strict)."""
+        if not self.timers:
+            return
+        m = d.earliest()
+        want = None if m is None else timer_for(m, now)
+        if want == d.timer:
+            return
+        if d.timer is not None and d.timer > now:
+            self.handle.deleteTimer(d.timer)
+        # A timer at or before `now` is firing in this batch; transformWithState removes it.
+        if want is not None:
+            self.handle.registerTimer(want)
+        d.timer = want
+
+    def put_initial_leaf(self, d: Directory, lid: int, entries: dict) -> None:
+        """Store one leaf built from the initial state (:func:`.engine.initial_leaves`)."""
+        if lid != 1 and d.leaves.get(1) == [0, None]:
+            del d.leaves[1]  # the initial layout covers the bucket: it replaces the empty root
+        d.leaves[lid] = [len(entries), min_timeout(entries)]
+        if entries:
+            self.leaf_state.updateValue((lid,), (pickle.dumps(entries, PICKLE_PROTOCOL),))
+
+    def write_dir(self, d: Directory) -> None:
+        self.dir_state.update((d.dumps(),))
