@@ -55,7 +55,7 @@ _VALUE_PREVIEW_CHARS = 60
 # Internal column names of the checked frame.
 RAW, REASON, SOURCE = "_sparkstate_raw", "_sparkstate_reason", "_sparkstate_source"
 _CORRUPT = "_sparkstate_corrupt"
-_TYPED = "_sparkstate_typed"
+_TYPED, _MAP = "_sparkstate_typed", "_sparkstate_map"
 #: The characters Spark's CSV parser (univocity) reads at a time, per parser. Its default, 1M
 #: characters, is a 2 MB array for every parser (each file read, each from_csv in each task): a
 #: "humongous" object for the JVM's G1 collector that fragments a 1 GB heap until it runs out.
@@ -213,7 +213,7 @@ def _once(line: Column) -> Column:
     ``from_csv`` per record became 12 to 120 copies in a plan, each with its own parser and buffer
     per task. A non-deterministic expression is never copied: the parse runs once per record and step.
     """
-    return F.when(F.monotonically_increasing_id() >= 0, line)
+    return F.when(F.spark_partition_id() >= 0, line)  # always the line
 
 
 def _not_blank(raw: Column) -> Column:
@@ -250,11 +250,18 @@ def parse_json(
     opts["mode"] = "PERMISSIVE"
     v = F.col(f"`{column}`")
     size_ok = F.when(F.octet_length(v) <= limit, v)
-    as_map = F.from_json(size_ok, MapType(StringType(), StringType()), opts)
-    typed = F.from_json(size_ok, struct, opts)
-    structure = F.when(v.isNull(), F.lit("empty record")).when(
-        size_ok.isNotNull() & as_map.isNull(),
-        F.when(F.get_json_object(size_ok, "$").isNotNull(), F.lit("not a JSON object")).otherwise(F.lit("not valid JSON")),
+    # Each record parsed once per step: as a string map (each field's raw text) and typed, each
+    # one column (see _once: else Spark copies each parse into every reason and column, 80 to 150
+    # copies in a plan).
+    step = raw.where(_not_blank(v)).select(
+        v.alias(RAW), _source_col(source).alias(SOURCE),
+        F.from_json(_once(size_ok), MapType(StringType(), StringType()), opts).alias(_MAP),
+        F.from_json(_once(size_ok), struct, opts).alias(_TYPED))
+    line, as_map, typed = F.col(RAW), F.col(_MAP), F.col(_TYPED)
+    fits = F.when(F.octet_length(line) <= limit, line)
+    structure = F.when(line.isNull(), F.lit("empty record")).when(
+        fits.isNotNull() & as_map.isNull(),
+        F.when(F.get_json_object(fits, "$").isNotNull(), F.lit("not a JSON object")).otherwise(F.lit("not valid JSON")),
     )
     field_reasons = []
     for f in struct.fields:
@@ -265,13 +272,13 @@ def parse_json(
             field_reasons.append(F.when(has & text.isNull(), F.lit(f"field {f.name} is null")))
         field_reasons.append(_type_reason(f.name, f.dataType.simpleString(), text, typed.getField(f.name)))
     reason = F.coalesce(
-        _too_large(v, limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
+        _too_large(line, limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
     )
-    checked = raw.where(_not_blank(v)).select(
+    checked = step.select(
         *[typed.getField(f.name).alias(f.name) for f in struct.fields],
-        v.alias(RAW),
+        line,
         reason.alias(REASON),
-        _source_col(source).alias(SOURCE),
+        F.col(SOURCE),
     )
     return _split(checked, struct, limit)
 
