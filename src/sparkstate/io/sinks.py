@@ -50,7 +50,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Union, get_args
-from urllib.parse import urlsplit
 
 from .. import fs
 from ..durations import Duration, positive_ms
