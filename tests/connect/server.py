@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,13 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -45,7 +40,7 @@ def start(timeout: float = 240.0) -> ConnectServer:
     from sparkstate.io import connectors
 
     home = Path(pyspark.__file__).parent
-    port = _free_port()
+    port = free_port()
     root = Path(tempfile.mkdtemp(prefix="sparkstate-connect-"))
     log = root / "server.log"
     confs = {

@@ -19,7 +19,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -28,6 +27,8 @@ from typing import Iterator
 from urllib.parse import quote
 
 import pytest
+
+from tests.ports import free_port
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, pg_ctl) were not found. Install them: on Debian/Ubuntu"
@@ -57,12 +58,6 @@ def find_pg_bin() -> Path | None:
         if (d / "initdb").exists() and (d / "pg_ctl").exists():
             return d
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -156,7 +151,7 @@ def start_server() -> PgServer:
 
     run([str(pg_bin / "initdb"), "-D", str(datadir), "-U", "postgres", f"--pwfile={pwfile}", "-A", "scram-sha-256",
          "--no-sync", "-E", "UTF8", "--locale=C"], "initdb")
-    port = _free_port()
+    port = free_port()
     opts = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories='{root}'"
             " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=30")
     run([str(pg_bin / "pg_ctl"), "-D", str(datadir), "-l", str(root / "server.log"), "-o", opts, "-w", "-t", "60",

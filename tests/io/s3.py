@@ -17,7 +17,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -27,12 +26,7 @@ from pathlib import Path
 import pytest
 
 from sparkstate.io import connectors
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 @dataclass
@@ -135,7 +129,7 @@ def start_s3_server(workdir: Path, timeout_s: float = 120.0) -> S3Server:
     except Exception as exc:
         pytest.fail(f"S3Proxy is not fetched: {exc}")
     workdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     access, secret = "test-" + secrets.token_hex(4), "secret-" + secrets.token_hex(16)
     props = workdir / "s3proxy.properties"
     props.write_text("\n".join([

@@ -147,21 +147,7 @@ def check_compatible(spark: "SparkSession", checkpoint: str | os.PathLike, key_s
     committed state passes. ``engine``: the engine the query runs on; state written by another
     engine (another layout) is refused.
     """
-    return check_checkpoint(spark, checkpoint, key_schema, state_schema, state_type, engine)[1]
-
-
-def check_checkpoint(
-    spark: "SparkSession",
-    checkpoint: str | os.PathLike,
-    key_schema: StructType,
-    state_schema: StructType,
-    state_type: Any = None,
-    engine: str | None = None,
-) -> tuple[str | None, list[FieldChange]]:
-    """As :func:`check_compatible`, also returning the name of the engine that wrote the state
-    (``None`` for a checkpoint without committed state)."""
-    stored, changes = inspect_checkpoint(spark, checkpoint, key_schema, state_schema, state_type, engine)
-    return (None if stored is None else stored.engine), changes
+    return inspect_checkpoint(spark, checkpoint, key_schema, state_schema, state_type, engine)[1]
 
 
 def inspect_checkpoint(
@@ -172,8 +158,9 @@ def inspect_checkpoint(
     state_type: Any = None,
     engine: str | None = None,
 ) -> "tuple[StoredLayout | None, list[FieldChange]]":
-    """As :func:`check_checkpoint`, returning the stored state itself (``None`` for a checkpoint
-    without committed state), for :meth:`~sparkstate.engines.base.Engine.for_checkpoint`."""
+    """As :func:`check_compatible`, also returning the stored state itself (``None`` for a
+    checkpoint without committed state): its engine, and its layout's settings for
+    :meth:`~sparkstate.engines.base.Engine.for_checkpoint`."""
     try:
         if not has_state(checkpoint, spark):
             return None, []
