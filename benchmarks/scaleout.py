@@ -65,7 +65,7 @@ def write_words(directory: Path, files: int, rows: int, keys: int) -> int:
 
 
 def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from tests.reliability.test_cluster import SCRIPT, _spawn, _stop_tree, _tail, running_cluster
+    from tests.reliability.standalone import SCRIPT, running_cluster, spawn, stop_tree, tail
 
     root.mkdir(parents=True)
     events = write_words(root / "in", args.files, args.rows, args.keys)
@@ -81,7 +81,7 @@ def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any
     with running_cluster(root / "cluster", workers) as cluster:
         metrics, log = root / "metrics.jsonl", root / "driver.log"
         started = time.monotonic()
-        driver = _spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{root / 'in'}",
+        driver = spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{root / 'in'}",
                          "--format", "json", "--max-batch-files", "1", "--sink", f"json:{root / 'out'}",
                          "--checkpoint", root / "ck", "--once", "--metrics", metrics, "--no-progress"],
                         log, {**cluster.env, "SPARK_CONF_DIR": str(conf)}, root)
@@ -89,11 +89,11 @@ def run_one(workers: int, root: Path, args: argparse.Namespace) -> dict[str, Any
             code = driver.wait(timeout=args.timeout)
         finally:
             if driver.poll() is None:  # interrupted or timed out: the driver goes with the cluster
-                _stop_tree([driver.pid])
+                stop_tree([driver.pid])
                 driver.wait(timeout=30)
         wall = time.monotonic() - started
         if code != 0:
-            raise SystemExit(f"{workers} worker(s): the job failed ({code}):\n{_tail(log, 40)}")
+            raise SystemExit(f"{workers} worker(s): the job failed ({code}):\n{tail(log, 40)}")
     batches = [m for m in map(json.loads, metrics.read_text().splitlines())
                if m.get("query") == "output" and m["rows_in"] > 0]
     steady = batches[1:] or batches

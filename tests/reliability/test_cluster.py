@@ -28,247 +28,29 @@ import subprocess
 import sys
 import sysconfig
 import time
-import urllib.request
 import zipfile
-from collections import Counter, defaultdict
-from contextlib import contextmanager
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Iterator
 
 import pyarrow.parquet as pq
-import pyspark
 import pytest
 
 import sparkstate
 from sparkstate.synthetic import Session, StreamConfig, reference_sessions, stream_records
 from sparkstate.jobs.generate import generate_files
+from tests.reliability.standalone import (HOST, SCRIPT, SPARK_CLASS, SPARK_SUBMIT, WORKERS, Cluster,
+                                          cmdline, process_state, running_cluster, running_in, spawn, stop_tree,
+                                          tail, wait_for)
 from tests.streams import committed_files
 
 pytestmark = pytest.mark.reliability
 
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
-SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
-SCRIPT = Path(sys.executable).with_name("sparkstate")
-HOST = "127.0.0.1"
-WORKERS = 2
+
 GAP = "1 minute"
-EXECUTOR = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
-T = TypeVar("T")
-
-
-# --- processes -------------------------------------------------------------------------------
-
-def _proc_table() -> dict[int, int]:
-    """pid -> parent pid of every process (from /proc)."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            table[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])  # "pid (comm) state ppid ..."
-    return table
-
-
-def _descendants(roots: list[int]) -> set[int]:
-    """``roots`` and every process below them."""
-    children = defaultdict(list)
-    for pid, ppid in _proc_table().items():
-        children[ppid].append(pid)
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        pid = stack.pop()
-        if pid not in seen:
-            seen.add(pid)
-            stack.extend(children.get(pid, ()))
-    return seen
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-def _signal_all(pids: set[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _stop_tree(roots: list[int]) -> None:
-    """Freeze the trees under ``roots`` (so nothing new is spawned), then SIGKILL every process in them.
-
-    Python workers of an executor move to process groups of their own (pyspark's daemon), so
-    killing the roots' process groups alone would miss them; the tree does not.
-    """
-    frozen: set[int] = set()
-    while True:
-        tree = _descendants(roots) - frozen
-        if not tree:
-            break
-        _signal_all(tree, signal.SIGSTOP)
-        frozen |= tree
-    _signal_all(frozen, signal.SIGKILL)
-    for root in roots:  # and whatever else is in the roots' own process groups
-        try:
-            os.killpg(root, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _running_in(directory: Path) -> list[int]:
-    """Processes whose working directory is ``directory`` or below (every cluster process's is)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                cwd = os.readlink(f"/proc/{entry}/cwd")
-            except OSError:
-                continue
-            if cwd == str(directory) or cwd.startswith(str(directory) + os.sep):
-                found.append(int(entry))
-    return found
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} not written)"
-
-
-def _wait(what: str, check: Callable[[], T | None], timeout: float, watch: dict[str, tuple[subprocess.Popen, Path]]) -> T:
-    """Poll ``check`` until it returns something other than None/False; fail if a watched process ends first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value is not None and value is not False:
-            return value
-        for name, (proc, log) in watch.items():
-            if proc.poll() is not None:
-                pytest.fail(f"{name} exited with {proc.returncode} while waiting for {what}:\n{_tail(log)}")
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {name}:\n{_tail(log, 15)}" for name, (_, log) in watch.items())
-            pytest.fail(f"no {what} after {timeout:.0f} s\n{logs}")
-        time.sleep(0.1)
-
-
-def _spawn(cmd: list[str], log: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:  # the child keeps its own descriptor
-        return subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
-
-
-# --- the cluster -----------------------------------------------------------------------------
-
-@dataclass
-class Cluster:
-    root: Path
-    env: dict[str, str]
-    url: str = ""
-    ui: str = ""
-    workers: int = WORKERS
-    procs: dict[str, tuple[subprocess.Popen, Path]] = field(default_factory=dict)
-
-    @property
-    def worker_pids(self) -> list[int]:
-        return [self.procs[f"worker {i}"][0].pid for i in range(self.workers)]
-
-    def executors(self) -> dict[int, int]:
-        """Running executor JVMs: pid -> index of the worker that started it."""
-        out = {}
-        for i, worker in enumerate(self.worker_pids):
-            for pid in _descendants([worker]) - {worker}:
-                if EXECUTOR in _cmdline(pid):
-                    out[pid] = i
-        return out
-
-    def state(self) -> dict:
-        with urllib.request.urlopen(f"{self.ui}/json/", timeout=10) as resp:
-            return json.load(resp)
-
-
-def _cluster_env(root: Path) -> dict[str, str]:
-    # Nothing from the calling environment that points Spark or Python elsewhere (the test
-    # suite's PYTHONPATH included: executors find sparkstate only where they are meant to).
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SPARK", "PYSPARK", "SPARKSTATE_")) and k not in ("PYTHONPATH", "PYTHONHOME")}
-    conf = root / "conf"
-    conf.mkdir(exist_ok=True)  # empty: no spark-defaults.conf / spark-env.sh from elsewhere
-    env.update({
-        "SPARK_HOME": str(SPARK_HOME),
-        "SPARK_CONF_DIR": str(conf),
-        "SPARK_LOCAL_IP": HOST,
-        "SPARK_LOCAL_HOSTNAME": HOST,
-        "SPARK_DAEMON_MEMORY": "256m",  # master and worker JVMs
-        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # no fixed REST port (6066)
-        "PYSPARK_PYTHON": sys.executable,  # executors' Python workers: this venv's (sparkstate installed)
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    })
-    return env
-
-
-def _start(root: Path, workers: int = WORKERS) -> Cluster:
-    cluster = Cluster(root, _cluster_env(root), workers=workers)
-    log = root / "master.log"
-    cluster.procs["master"] = (_spawn([SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", HOST,
-                                       "--port", "0", "--webui-port", "0"], log, cluster.env, root), log)
-
-    def master_ready() -> tuple[str, str] | None:
-        text = log.read_text(errors="replace")
-        url = re.search(r"Starting Spark master at (spark://\S+)", text)
-        ui = re.search(r"Bound MasterWebUI to \S+, and started at (http://\S+)", text)
-        return (url.group(1), ui.group(1)) if url and ui else None
-
-    cluster.url, cluster.ui = _wait("master", master_ready, 120, cluster.procs)
-    for i in range(workers):
-        work = root / f"worker{i}"
-        work.mkdir()
-        wlog = root / f"worker{i}.log"
-        cluster.procs[f"worker {i}"] = (_spawn(
-            [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", "0", "--webui-port", "0",
-             "--cores", "1", "--memory", "1g", "--work-dir", work, cluster.url], wlog, cluster.env, work), wlog)
-    _wait(f"{workers} registered workers", lambda: cluster.state()["aliveworkers"] == workers, 120, cluster.procs)
-    return cluster
-
-
-@contextmanager
-def running_cluster(root: Path, workers: int = WORKERS) -> Iterator[Cluster]:
-    """A standalone cluster under ``root`` (a master, ``workers`` workers of one core each); every
-    process it started is stopped on the way out, and any left running is named."""
-    started: list[int] = []
-    c = None
-    try:
-        c = _start(root, workers)
-        started = [p.pid for p, _ in c.procs.values()]
-        yield c
-    finally:
-        if c is not None:
-            started = [p.pid for p, _ in c.procs.values()]
-        _stop_tree(started)
-        if c is not None:
-            for proc, _ in c.procs.values():
-                proc.wait(timeout=30)
-        left = _running_in(root)  # e.g. a Python worker of the killed executor
-        _signal_all(set(left), signal.SIGKILL)
-        # A SIGKILLed JVM takes a moment to go on a loaded machine: wait for that, bounded.
-        deadline = time.monotonic() + 60
-        alive = [p for p in left if _state(p) not in ("Z", "gone")]
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.2)
-            alive = [p for p in alive if _state(p) not in ("Z", "gone")]
-        assert not alive, f"processes left running after the cluster stopped: " \
-            f"{[(p, _state(p), ' '.join(_cmdline(p))[:200]) for p in alive]}"
 
 
 @pytest.fixture(scope="module")
@@ -276,12 +58,6 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
     with running_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
 
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
 
 
 def _driver_env(cluster: Cluster, **extra: str) -> dict[str, str]:
@@ -352,12 +128,12 @@ def _kill(pid: int) -> None:
 
 
 def _gone(pid: int) -> bool:
-    return _state(pid) in ("gone", "Z")
+    return process_state(pid) in ("gone", "Z")
 
 
 def _stderr_path(cluster: Cluster, pid: int, worker: int) -> Path | None:
     """An executor's stderr file: its worker copies it to ``WORK_DIR/APP_ID/EXECUTOR_ID/stderr``."""
-    cmd, worker_cmd = _cmdline(pid), [str(a) for a in cluster.procs[f"worker {worker}"][0].args]
+    cmd, worker_cmd = cmdline(pid), [str(a) for a in cluster.procs[f"worker {worker}"][0].args]
     if "--app-id" not in cmd or "--work-dir" not in worker_cmd:
         return None
     return Path(_option(worker_cmd, "--work-dir")) / _option(cmd, "--app-id") / _option(cmd, "--executor-id") / "stderr"
@@ -394,7 +170,7 @@ def _kill_during_snapshot_upload(cluster: Cluster, ck: Path, watch: dict, timeou
             next_scan = time.monotonic() + 0.5
             for name, (proc, log) in watch.items():
                 if proc.poll() is not None:
-                    pytest.fail(f"{name} exited with {proc.returncode} while waiting for a snapshot upload:\n{_tail(log)}")
+                    pytest.fail(f"{name} exited with {proc.returncode} while waiting for a snapshot upload:\n{tail(log)}")
             live = cluster.executors()
             for pid, worker in live.items():
                 path = paths.get(pid) or _stderr_path(cluster, pid, worker)
@@ -416,7 +192,7 @@ def _kill_during_snapshot_upload(cluster: Cluster, ck: Path, watch: dict, timeou
             if not starts:
                 continue
             m = starts[-1]
-            cmd = _cmdline(pid)
+            cmd = cmdline(pid)
             os.kill(pid, signal.SIGSTOP)
             tried += 1
             operator, partition, version = m.group(1).decode(), m.group(2).decode(), int(m.group(3))
@@ -464,7 +240,7 @@ def test_executor_and_worker_losses_in_one_run_sessions_stay_exact(cluster, tmp_
     (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SNAPSHOT_EVERY_BATCH.items()))
     log = tmp_path / "driver.log"
     started = time.monotonic()
-    driver = _spawn([
+    driver = spawn([
         SCRIPT, "run", "sessionize", "--master", cluster.url, "--source", f"files:{tmp_path / 'in'}",
         "--format", "json", "--option", "maxFilesPerTrigger=1", "--sink", f"parquet:{out}", "--checkpoint", ck,
         "--gap", GAP, "--time-mode", "event", "--watermark", "0 seconds", "--once", "--metrics", metrics,
@@ -482,28 +258,28 @@ def test_executor_and_worker_losses_in_one_run_sessions_stay_exact(cluster, tmp_
             found = one_per_worker()
             return found if found and not set(found) & dead else None
 
-        executors = _wait("an executor on each worker", one_per_worker, PROGRESS_S, watch)
+        executors = wait_for("an executor on each worker", one_per_worker, PROGRESS_S, watch)
 
         # 1. An executor, mid-batch.
-        batch = _wait("micro-batch in flight after the first commit", lambda: _pending_batch(ck), PROGRESS_S, watch)
+        batch = wait_for("micro-batch in flight after the first commit", lambda: _pending_batch(ck), PROGRESS_S, watch)
         first = next(p for p, w in executors.items() if w == 0)
-        killed_executors.append((first, _cmdline(first), 0))
+        killed_executors.append((first, cmdline(first), 0))
         _kill(first)
         faults.append(Fault("executor killed mid-batch", f"pid {first} (worker 0)", batch,
                             not (ck / "commits" / str(batch)).exists()))
 
         # 2. Its worker starts a replacement; at that moment the other worker's executor goes too.
-        _wait("replacement executor on worker 0", lambda: next(
+        wait_for("replacement executor on worker 0", lambda: next(
             (p for p, w in cluster.executors().items() if w == 0 and p != first), None), PROGRESS_S, watch)
         second = next(p for p, w in executors.items() if w == 1)
         in_flight = _pending_batch(ck)
-        killed_executors.append((second, _cmdline(second), 1))
+        killed_executors.append((second, cmdline(second), 1))
         _kill(second)
         faults.append(Fault("second executor killed in a row", f"pid {second} (worker 1)", in_flight,
                             in_flight is not None, {"seconds_after_first_kill": round(time.monotonic() - faults[0].at, 1),
                                                     "same_batch_as_first": in_flight == batch}))
-        _wait("executors on both workers again", lambda: replaced({first, second}), PROGRESS_S, watch)
-        _wait(f"commit of batch {batch}", lambda: (ck / "commits" / str(batch)).exists(), PROGRESS_S, watch)
+        wait_for("executors on both workers again", lambda: replaced({first, second}), PROGRESS_S, watch)
+        wait_for(f"commit of batch {batch}", lambda: (ck / "commits" / str(batch)).exists(), PROGRESS_S, watch)
         faults[0].detail["seconds_to_commit"] = faults[1].detail["seconds_to_commit"] = round(
             time.monotonic() - faults[0].at, 1)
 
@@ -514,7 +290,7 @@ def test_executor_and_worker_losses_in_one_run_sessions_stay_exact(cluster, tmp_
         fault.victim += f" (worker {worker})"
         killed_executors.append((pid, cmd, worker))
         faults.append(fault)
-        _wait("an executor on each worker after the upload kill", lambda: replaced({pid}), PROGRESS_S, watch)
+        wait_for("an executor on each worker after the upload kill", lambda: replaced({pid}), PROGRESS_S, watch)
 
         # 4. A whole worker: the Worker JVM, mid-batch. Its executor notices and exits; a new
         # worker process joins the cluster in its place.
@@ -526,9 +302,9 @@ def test_executor_and_worker_losses_in_one_run_sessions_stay_exact(cluster, tmp_
             except OSError:
                 return None
 
-        doomed = _wait("worker 0's executor running tasks", busy_on_worker0, PROGRESS_S, watch)
-        killed_executors.append((doomed, _cmdline(doomed), 0))
-        in_flight = _wait("micro-batch in flight", lambda: _pending_batch(ck), PROGRESS_S, watch)
+        doomed = wait_for("worker 0's executor running tasks", busy_on_worker0, PROGRESS_S, watch)
+        killed_executors.append((doomed, cmdline(doomed), 0))
+        in_flight = wait_for("micro-batch in flight", lambda: _pending_batch(ck), PROGRESS_S, watch)
         old_worker, old_log = cluster.procs.pop("worker 0")
         watch.pop("worker 0")
         _kill(old_worker.pid)
@@ -537,26 +313,26 @@ def test_executor_and_worker_losses_in_one_run_sessions_stay_exact(cluster, tmp_
                             {"files_unread": FILES - 1 - in_flight}))
         assert in_flight <= FILES - 2, "the worker kill must leave input unread"
         old_worker.wait(timeout=30)
-        _wait("the lost worker's executor to end", lambda: _gone(doomed), PROGRESS_S, watch)
+        wait_for("the lost worker's executor to end", lambda: _gone(doomed), PROGRESS_S, watch)
         faults[-1].detail["seconds_until_its_executor_ended"] = round(time.monotonic() - faults[-1].at, 1)
         work = cluster.root / "worker0-restarted"
         work.mkdir()
         wlog = cluster.root / "worker0-restarted.log"
-        cluster.procs["worker 0"] = (_spawn(
+        cluster.procs["worker 0"] = (spawn(
             [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", "0", "--webui-port", "0",
              "--cores", "1", "--memory", "1g", "--work-dir", work, cluster.url], wlog, cluster.env, work), wlog)
         watch["worker 0"] = cluster.procs["worker 0"]
-        _wait(f"commit of batch {in_flight}", lambda: (ck / "commits" / str(in_flight)).exists(), PROGRESS_S, watch)
+        wait_for(f"commit of batch {in_flight}", lambda: (ck / "commits" / str(in_flight)).exists(), PROGRESS_S, watch)
         faults[-1].detail["seconds_to_commit"] = round(time.monotonic() - faults[-1].at, 1)
         code = driver.wait(timeout=2 * PROGRESS_S)
-        _wait("two alive workers", lambda: cluster.state()["aliveworkers"] == WORKERS, PROGRESS_S, cluster.procs)
+        wait_for("two alive workers", lambda: cluster.state()["aliveworkers"] == WORKERS, PROGRESS_S, cluster.procs)
     finally:
         if driver.poll() is None:
-            _stop_tree([driver.pid])
+            stop_tree([driver.pid])
             driver.wait(timeout=30)
     finished_at = time.monotonic()
     printed = log.read_text(errors="replace")
-    assert code == 0, _tail(log, 60)
+    assert code == 0, tail(log, 60)
     assert "caught up (--once)" in printed and "Traceback" not in printed
 
     # Every kill hit the job: the driver lost each executor, the workers saw the first three die
@@ -566,7 +342,7 @@ def test_executor_and_worker_losses_in_one_run_sessions_stay_exact(cluster, tmp_
         app, executor_id = _option(cmd, "--app-id"), _option(cmd, "--executor-id")
         assert f"Lost executor {executor_id} on {HOST}" in spark_log, (pid, executor_id)
         # its Python workers ended with it (they read its pipes)
-        assert not _running_in(cluster.root / f"worker{worker}" / app / executor_id), executor_id
+        assert not running_in(cluster.root / f"worker{worker}" / app / executor_id), executor_id
     worker_logs = "".join(cluster.root.joinpath(f"worker{i}.log").read_text(errors="replace") for i in range(WORKERS))
     for pid, cmd, _ in killed_executors[:-1]:  # the last one's worker was killed before it could tell
         app, executor_id = _option(cmd, "--app-id"), _option(cmd, "--executor-id")
@@ -665,16 +441,16 @@ def test_spark_submit_ships_sparkstate_as_a_zip(cluster, tmp_path):
     # --py-files reaches the executors and the application's Python; the driver JVM's own Python
     # helper for transformWithState (it checks the state schema when a query starts) reads only
     # the PYTHONPATH spark-submit was started with.
-    submit = _spawn([SPARK_SUBMIT, "--master", cluster.url, "--py-files", shipped, app, land, tmp_path / "out",
+    submit = spawn([SPARK_SUBMIT, "--master", cluster.url, "--py-files", shipped, app, land, tmp_path / "out",
                      tmp_path / "ck"], log, {**env, "PYTHONPATH": str(shipped)}, tmp_path)
     try:
         code = submit.wait(timeout=240)
     finally:
         if submit.poll() is None:
-            _stop_tree([submit.pid])
+            stop_tree([submit.pid])
             submit.wait(timeout=30)
     text = log.read_text(errors="replace")
-    assert code == 0, _tail(log, 60)
+    assert code == 0, tail(log, 60)
     result = json.loads(next(line for line in text.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     assert result["master"] == cluster.url
     assert result["driver"].endswith("sparkstate.zip/sparkstate/__init__.py")
@@ -705,16 +481,16 @@ def test_six_state_partitions_run_six_stateful_tasks_on_both_workers(cluster, tm
         "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"  # one plain JSON-lines file
         "spark.scheduler.minRegisteredResourcesRatio 1.0\nspark.scheduler.maxRegisteredResourcesWaitingTime 120s\n")
     log = tmp_path / "driver.log"
-    driver = _spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{land}",
+    driver = spawn([SCRIPT, "run", "running-count", "--master", cluster.url, "--source", f"files:{land}",
                      "--format", "json", "--sink", f"json:{tmp_path / 'out'}", "--checkpoint", tmp_path / "ck",
                      "--once", "--no-progress"], log, _driver_env(cluster, SPARK_CONF_DIR=str(conf)), tmp_path)
     try:
         code = driver.wait(timeout=900)
     finally:
         if driver.poll() is None:
-            _stop_tree([driver.pid])
+            stop_tree([driver.pid])
             driver.wait(timeout=30)
-    assert code == 0, _tail(log, 60)
+    assert code == 0, tail(log, 60)
     counts: dict[str, int] = {}
     for f in (tmp_path / "out").rglob("part-*.json"):
         for r in map(json.loads, f.read_text().splitlines()):
