@@ -441,10 +441,13 @@ def test_spark_submit_ships_sparkstate_as_a_zip(cluster, tmp_path):
     # --py-files reaches the executors and the application's Python; the driver JVM's own Python
     # helper for transformWithState (it checks the state schema when a query starts) reads only
     # the PYTHONPATH spark-submit was started with.
-    submit = spawn([SPARK_SUBMIT, "--master", cluster.url, "--py-files", shipped, app, land, tmp_path / "out",
-                     tmp_path / "ck"], log, {**env, "PYTHONPATH": str(shipped)}, tmp_path)
+    # 2 state partitions (Spark's default of 200 outside local mode would run 200 stateful tasks on
+    # the two one-core executors: minutes on a loaded machine, and nothing this test is about)
+    submit = spawn([SPARK_SUBMIT, "--master", cluster.url, "--conf", "spark.sql.shuffle.partitions=2",
+                    "--py-files", shipped, app, land, tmp_path / "out", tmp_path / "ck"],
+                   log, {**env, "PYTHONPATH": str(shipped)}, tmp_path)
     try:
-        code = submit.wait(timeout=240)
+        code = submit.wait(timeout=600)  # minutes on a loaded 2-core machine (209 s measured at load 8)
     finally:
         if submit.poll() is None:
             stop_tree([submit.pid])
