@@ -54,12 +54,11 @@ def _engines() -> list[str | None]:
 
 
 # Every restart costs a JVM and Python workers (15-20 s on two idle cores), so the matrix is
-# sparse. The sinks' exactly-once bookkeeping does not depend on the engine and an engine's
-# recovery does not depend on the sink: every engine with the Parquet sink, the default engine
-# with PostgreSQL. Each test kills mid-batch and mid-commit; the default engine's Parquet test
-# also between batches.
+# sparse. The sinks' exactly-once bookkeeping does not depend on the engine or the source, and an
+# engine's recovery does not depend on the sink: every engine with files into Parquet, the default
+# engine with Kafka into PostgreSQL and into Delta. Each test kills mid-batch and mid-commit; the
+# default engine's Parquet test also between batches.
 PARQUET_ENGINES = _engines()
-POSTGRES_ENGINES = _engines()[:1]
 ESSENTIAL = (MID_BATCH, MID_COMMIT)
 
 
@@ -181,22 +180,6 @@ def _postgres_crash_run(spark, tmp_path, postgres_server, source: str, records, 
     return rows, dead, _compare(job, records, written, [r.raw for r in dead], kills)
 
 
-@pytest.mark.timeout(CRASH_TEST_TIMEOUT_S)
-@pytest.mark.parametrize("engine", POSTGRES_ENGINES)
-def test_postgres_sink_survives_driver_kills(spark, tmp_path, clicks, engine, postgres_server):
-    started = time.monotonic()
-    source, records = clicks
-    table = f"crash_sessions_{engine or 'default'}"
-    rows, _, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records, table, engine,
-                                           "postgres")
-    batches = postgres_server.query(
-        "SELECT count(*), coalesce(sum(row_count), 0) FROM sparkstate_sink_batches WHERE sink_id LIKE %s",
-        (f"{table}@%",))[0]
-    assert batches[1] == len(rows)  # every row came with its batch's progress row, in one transaction
-    print(f"postgres batches committed: {batches[0]}; {time.monotonic() - started:.0f} s")
-    assert figures["sessions_expected"] > 100
-
-
 @pytest.fixture
 def kafka_clicks(kafka_broker):
     """The generator's records (a few malformed) in a one-partition topic, in record order, as the
@@ -212,11 +195,15 @@ def kafka_clicks(kafka_broker):
 def test_kafka_source_into_postgres_survives_driver_kills(spark, tmp_path, kafka_clicks, postgres_server):
     """The Kafka source's offsets in the checkpoint + the postgres sink's batch ids: exactly once."""
     source, records = kafka_clicks
-    _, dead, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records,
-                                           "crash_kafka_sessions", None, "kafka-postgres",
-                                           run_timeout_s=KAFKA_RUN_TIMEOUT_S)
+    table = "crash_kafka_sessions"
+    rows, dead, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records, table, None,
+                                              "kafka-postgres", run_timeout_s=KAFKA_RUN_TIMEOUT_S)
     topic = source.rpartition("/")[2]
     assert all(r.source.startswith(f"kafka:{topic}/0@") for r in dead)  # where each came from
+    batches = postgres_server.query(
+        "SELECT count(*), coalesce(sum(row_count), 0) FROM sparkstate_sink_batches WHERE sink_id LIKE %s",
+        (f"{table}@%",))[0]
+    assert batches[1] == len(rows)  # every row came with its batch's progress row, in one transaction
     assert figures["sessions_expected"] > 100
 
 
