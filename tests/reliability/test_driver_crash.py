@@ -159,17 +159,16 @@ def test_parquet_sink_survives_driver_kills(spark, tmp_path, clicks, engine):
         assert orphans > 0
 
 
-def _postgres_crash_run(spark, tmp_path, postgres_server, source: str, records, table: str, engine: str | None,
-                        sink_name: str, run_timeout_s: float = RUN_TIMEOUT_S):
-    """The kill plan for a job from ``source`` into the postgres ``table`` (dead letters as Parquet),
-    then the rows written, the dead letters and :func:`_compare`'s figures."""
+def _postgres_crash_run(spark, tmp_path, postgres_server, source: str, records, table: str):
+    """The kill plan for a job (default engine) from the Kafka ``source`` into the postgres ``table``
+    (dead letters as Parquet), then the rows written, the dead letters and :func:`_compare`'s figures."""
     postgres_server.execute(f"DROP TABLE IF EXISTS {table}")
     probe = PostgresProbe(postgres_server.connect, table)
     dead_dir = tmp_path / "dead"
-    job = _job(tmp_path, source, f"postgres:{postgres_server.url_without_password}/{table}", probe, engine,
+    job = _job(tmp_path, source, f"postgres:{postgres_server.url_without_password}/{table}", probe, None,
                deadletter=f"parquet:{dead_dir}", env={"PGPASSWORD": postgres_server.password})
     try:
-        kills = _crash_and_restart(job, sink_name, ESSENTIAL, run_timeout_s=run_timeout_s)
+        kills = _crash_and_restart(job, "kafka-postgres", ESSENTIAL, run_timeout_s=KAFKA_RUN_TIMEOUT_S)
     finally:
         probe.close()
     rows = postgres_server.query(
@@ -196,8 +195,7 @@ def test_kafka_source_into_postgres_survives_driver_kills(spark, tmp_path, kafka
     """The Kafka source's offsets in the checkpoint + the postgres sink's batch ids: exactly once."""
     source, records = kafka_clicks
     table = "crash_kafka_sessions"
-    rows, dead, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records, table, None,
-                                              "kafka-postgres", run_timeout_s=KAFKA_RUN_TIMEOUT_S)
+    rows, dead, figures = _postgres_crash_run(spark, tmp_path, postgres_server, source, records, table)
     topic = source.rpartition("/")[2]
     assert all(r.source.startswith(f"kafka:{topic}/0@") for r in dead)  # where each came from
     batches = postgres_server.query(
