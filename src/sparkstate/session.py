@@ -283,3 +283,41 @@ def check_session(spark: "SparkSession") -> None:
         else:
             warnings.warn(f"sparkstate: {key} is {have!r}, recommended {want!r}: {why}."
                           " Use ss.spark_session(), or set it before the query starts.", stacklevel=4)
+
+
+#: How Spark reports a Python process it started that did not connect back to it within its
+#: fixed 10 s (not a setting: ``PythonWorkerFactory``). Over Spark Connect the server starts one
+#: such process for every ``foreachBatch`` query, when the query starts and outside Spark's task
+#: retries, so a server busy for a few seconds fails the start of a query that would run fine.
+WORKER_NOT_BACK = "Python worker failed to connect back"
+
+#: Attempts at starting a query whose Python process did not connect back (each waits 10 s).
+START_ATTEMPTS = 3
+
+
+def start_query(writer: object, what: str = "the query") -> object:
+    """``writer.start()``; started again (up to :data:`START_ATTEMPTS` times in all) when Spark's
+    Python process for it did not connect back in time, with a warning each time.
+
+    A start that fails that way has run nothing and written nothing, so starting again is the
+    same query on the same checkpoint. Any other error is raised as it is; the last such failure
+    raises :class:`~sparkstate.errors.JobFailedError` in one line.
+    """
+    from .errors import JobFailedError
+
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return writer.start()  # type: ignore[attr-defined]
+        except Exception as exc:
+            if WORKER_NOT_BACK not in str(exc):
+                raise
+            if attempt == START_ATTEMPTS:
+                raise JobFailedError(
+                    f"{what} did not start: {START_ATTEMPTS} times Spark's Python process for it did not"
+                    " connect back within Spark's fixed 10 s; the machine running Spark (or its Connect"
+                    " server) is too busy, or its Python cannot start (spark.pyspark.python,"
+                    " PYSPARK_PYTHON)") from None
+            log.warning("%s: Spark's Python process for it did not connect back within Spark's fixed 10 s"
+                        " (a busy machine); starting it again (attempt %d of %d)", what, attempt + 1,
+                        START_ATTEMPTS)
+    raise AssertionError("unreachable")

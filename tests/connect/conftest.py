@@ -13,15 +13,21 @@ from tests.connect import server as connect_server
 
 
 @pytest.fixture(scope="session")
-def connect_url():
+def connect_server_proc():
+    """The server (tests/connect/server.py), to inject faults into."""
     try:
         srv = connect_server.start()
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
-        yield srv.url
+        yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_url(connect_server_proc):
+    return connect_server_proc.url
 
 
 @pytest.fixture(scope="session")

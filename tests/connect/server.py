@@ -18,11 +18,23 @@ from tests.ports import free_port
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
+#: The module of the Python process a Connect server starts for each ``foreachBatch`` query.
+FOREACH_BATCH_WORKER = "pyspark.sql.connect.streaming.worker.foreach_batch_worker"
+
+
 @dataclass
 class ConnectServer:
     url: str
     proc: subprocess.Popen
     log: Path
+    refusals: Path  # how many foreachBatch processes to come will exit at once (see _python_for_workers)
+
+    def refuse_foreach_batch_starts(self, n: int) -> None:
+        """Make the next ``n`` foreachBatch processes of the server exit at start, never connecting back."""
+        self.refusals.write_text(str(n))
+
+    def refusals_left(self) -> int:
+        return int(self.refusals.read_text() or 0)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -59,13 +71,15 @@ def start(timeout: float = 240.0) -> ConnectServer:
     if jars:
         cmd += ["--jars", jars]
     cmd.append("spark-internal")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    refusals = root / "refuse-foreach-batch"
+    refusals.write_text("0")
+    env = dict(os.environ, PYSPARK_PYTHON=str(_python_for_workers(root, refusals)), SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     env.pop("SPARK_REMOTE", None)
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
                                 start_new_session=True)
-    server = ConnectServer(f"sc://127.0.0.1:{port}", proc, log)
+    server = ConnectServer(f"sc://127.0.0.1:{port}", proc, log, refusals)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -75,3 +89,19 @@ def start(timeout: float = 240.0) -> ConnectServer:
         time.sleep(0.2)
     server.stop()
     raise RuntimeError(f"the Spark Connect server did not start in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _python_for_workers(root: Path, refusals: Path) -> Path:
+    """The server's Python: this interpreter, except that a foreachBatch process started while
+    ``refusals`` holds a count above 0 takes one off and exits at once, as a Python that did not
+    come up would (Spark waits its 10 s for it to connect back, then fails the start)."""
+    script = root / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *{FOREACH_BATCH_WORKER}*)\n'
+        f'  n=$(cat "{refusals}")\n'
+        f'  if [ "$n" -gt 0 ]; then echo $((n - 1)) > "{refusals}"; exit 3; fi;;\n'
+        "esac\n"
+        f'exec "{sys.executable}" "$@"\n')
+    script.chmod(0o755)
+    return script

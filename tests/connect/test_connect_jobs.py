@@ -162,3 +162,33 @@ def test_a_client_killed_mid_run_restarts_exactly(spark, connect_url, tmp_path):
     assert _last_counts((r.word, r["count"]) for r in rows) == _counts(words)
     per_batch = Counter((r.batch_id, r.word) for r in rows)
     assert set(per_batch.values()) == {1}  # no batch written twice
+
+
+def test_a_query_whose_python_process_does_not_connect_back_is_started_again(spark, connect_server_proc, tmp_path):
+    """Over Connect the server starts a Python process for each foreachBatch query, and Spark gives
+    it a fixed 10 s to connect back: a busy server fails the start. sparkstate starts it again."""
+    landing = Landing(tmp_path / "in")
+    words = [f"w{i % 3}" for i in range(12)]
+    landing.add([{"word": w} for w in words[:6]])
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = [sys.executable, "-m", "sparkstate.cli", "run", "running-count", "--source", f"files:{landing.path}",
+            "--format", "json", "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--once",
+            "--remote", connect_server_proc.url, "--no-progress"]
+
+    connect_server_proc.refuse_foreach_batch_starts(3)  # every attempt: one line, and nothing written
+    failed = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert failed.returncode == 1 and connect_server_proc.refusals_left() == 0, failed.stderr[-3000:]
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("sparkstate: error")]
+    assert errors == ["sparkstate: error: run running-count did not start: 3 times Spark's Python process for it"
+                      " did not connect back within Spark's fixed 10 s; the machine running Spark (or its Connect"
+                      " server) is too busy, or its Python cannot start (spark.pyspark.python, PYSPARK_PYTHON)"]
+    assert "Traceback" not in failed.stderr and not (ck / "commits").exists()
+
+    landing.add([{"word": w} for w in words[6:]])
+    connect_server_proc.refuse_foreach_batch_starts(1)  # the first attempt fails, the second runs
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and connect_server_proc.refusals_left() == 0, done.stderr[-3000:]
+    assert "starting it again (attempt 2 of 3)" in done.stderr
+    rows = spark.read.parquet(str(out)).collect()
+    assert _last_counts((r.word, r["count"]) for r in rows) == _counts(words)
+    assert set(Counter((r.batch_id, r.word) for r in rows).values()) == {1}

@@ -55,7 +55,7 @@ from .. import fs
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
 from ..paths import local_path
-from ..session import is_connect
+from ..session import is_connect, start_query
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 
@@ -327,13 +327,14 @@ def start_sink(
     if checkpoint is not None:
         writer = writer.option("checkpointLocation", checkpoint)
     log.info("starting sink %s (output mode %s, checkpoint %s)", describe(spec, mode), mode, checkpoint)
+    what = f"query {name}" if name else "the sink's query"
     if native:
         if spec.kind == "memory":
-            return writer.format("memory").start()
-        return writer.format(spec.kind).option("path", spec.path).start()
+            return start_query(writer.format("memory"), what)
+        return start_query(writer.format(spec.kind).option("path", spec.path), what)
     write_batch = batch_writer(df.sparkSession, spec, mode, df.schema, name or DEFAULT_MEMORY_NAME,
                                checkpoint=checkpoint)
-    return writer.foreachBatch(write_batch).start()
+    return start_query(writer.foreachBatch(write_batch), what)
 
 
 def _start_settings(df: "DataFrame", spec: SinkSpec, checkpoint: str | Path | None, output_mode: str,

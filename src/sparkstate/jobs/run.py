@@ -43,7 +43,7 @@ from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
-from ..session import is_connect
+from ..session import is_connect, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
@@ -334,9 +334,10 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     add_listener(spark, listener)
     query = None
     try:
-        query = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
-                 .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
-                 .queryName(job.name).start())
+        writer = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
+                  .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
+                  .queryName(job.name))
+        query = start_query(writer, f"run {job.pipeline.name}")
         listener.watch(query, "output")
         stopped_by = _wait(query, config.once)
     finally:
