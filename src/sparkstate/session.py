@@ -168,7 +168,13 @@ def spark_session(
     startup.update(given)
     for k, v in startup.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    if _starts_a_jvm(active):
+        from .jvm_archive import launching_with_archive
+
+        with launching_with_archive(startup.get("spark.driver.extraJavaOptions")):
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     if active is None:
         _fill_sql_defaults(spark, defaults, given)
         spark.sparkContext.setLogLevel(os.environ.get("SPARKSTATE_SPARK_LOG_LEVEL", "ERROR"))
@@ -181,6 +187,13 @@ def spark_session(
             except Exception:  # static settings of an existing session cannot change
                 log.debug("could not set %s on the existing session", k)
     return spark
+
+
+def _starts_a_jvm(active: object) -> bool:
+    """Whether ``getOrCreate`` will launch the driver's JVM here (not under spark-submit, none running)."""
+    from pyspark import SparkContext
+
+    return active is None and SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
 
 
 def _fill_sql_defaults(spark: "SparkSession", defaults: Mapping[str, str], given: Mapping[str, str]) -> None:

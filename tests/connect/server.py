@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.ports import free_port
+from tests.refusing_python import RefusingPython
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -27,14 +27,7 @@ class ConnectServer:
     url: str
     proc: subprocess.Popen
     log: Path
-    refusals: Path  # how many foreachBatch processes to come will exit at once (see _python_for_workers)
-
-    def refuse_foreach_batch_starts(self, n: int) -> None:
-        """Make the next ``n`` foreachBatch processes of the server exit at start, never connecting back."""
-        self.refusals.write_text(str(n))
-
-    def refusals_left(self) -> int:
-        return int(self.refusals.read_text() or 0)
+    python: RefusingPython  # the server's Python: its foreachBatch processes can be made to fail to start
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -71,15 +64,18 @@ def start(timeout: float = 240.0) -> ConnectServer:
     if jars:
         cmd += ["--jars", jars]
     cmd.append("spark-internal")
-    refusals = root / "refuse-foreach-batch"
-    refusals.write_text("0")
-    env = dict(os.environ, PYSPARK_PYTHON=str(_python_for_workers(root, refusals)), SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    python = RefusingPython(root, FOREACH_BATCH_WORKER)
+    env = dict(os.environ, PYSPARK_PYTHON=str(python.path), SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    from sparkstate.jvm_archive import driver_option
+
+    if (archive := driver_option()) is not None:  # the server's driver JVM starts from the class-data archive too
+        env["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [env.get("SPARK_SUBMIT_OPTS"), archive]))
     env.pop("SPARK_REMOTE", None)
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
                                 start_new_session=True)
-    server = ConnectServer(f"sc://127.0.0.1:{port}", proc, log, refusals)
+    server = ConnectServer(f"sc://127.0.0.1:{port}", proc, log, python)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -90,18 +86,3 @@ def start(timeout: float = 240.0) -> ConnectServer:
     server.stop()
     raise RuntimeError(f"the Spark Connect server did not start in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
-
-def _python_for_workers(root: Path, refusals: Path) -> Path:
-    """The server's Python: this interpreter, except that a foreachBatch process started while
-    ``refusals`` holds a count above 0 takes one off and exits at once, as a Python that did not
-    come up would (Spark waits its 10 s for it to connect back, then fails the start)."""
-    script = root / "python"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'case "$*" in *{FOREACH_BATCH_WORKER}*)\n'
-        f'  n=$(cat "{refusals}")\n'
-        f'  if [ "$n" -gt 0 ]; then echo $((n - 1)) > "{refusals}"; exit 3; fi;;\n'
-        "esac\n"
-        f'exec "{sys.executable}" "$@"\n')
-    script.chmod(0o755)
-    return script

@@ -40,7 +40,7 @@ def _final_watermark(metrics: Path) -> datetime:
 def test_run_and_state_with_remote_restarted_exactly(spark, connect_url, tmp_path):
     events = generate_events(300, users=6, seed=22)
     files = write_events(events, tmp_path / "in", files=3)
-    first, later = files[:2], files[2:]
+    later = files[2:]
     for f in later:  # held back until the restart
         f.rename(tmp_path / f.name)
     (tmp_path / "in" / "part-00009.json").write_text(MALFORMED)
@@ -175,9 +175,9 @@ def test_a_query_whose_python_process_does_not_connect_back_is_started_again(spa
             "--format", "json", "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--once",
             "--remote", connect_server_proc.url, "--no-progress"]
 
-    connect_server_proc.refuse_foreach_batch_starts(3)  # every attempt: one line, and nothing written
+    connect_server_proc.python.refuse(3)  # every attempt: one line, and nothing written
     failed = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert failed.returncode == 1 and connect_server_proc.refusals_left() == 0, failed.stderr[-3000:]
+    assert failed.returncode == 1 and connect_server_proc.python.left() == 0, failed.stderr[-3000:]
     errors = [line for line in failed.stderr.splitlines() if line.startswith("sparkstate: error")]
     assert errors == ["sparkstate: error: run running-count did not start: 3 times Spark's Python process for it"
                       " did not connect back within Spark's fixed 10 s; the machine running Spark (or its Connect"
@@ -185,9 +185,9 @@ def test_a_query_whose_python_process_does_not_connect_back_is_started_again(spa
     assert "Traceback" not in failed.stderr and not (ck / "commits").exists()
 
     landing.add([{"word": w} for w in words[6:]])
-    connect_server_proc.refuse_foreach_batch_starts(1)  # the first attempt fails, the second runs
+    connect_server_proc.python.refuse(1)  # the first attempt fails, the second runs
     done = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0 and connect_server_proc.refusals_left() == 0, done.stderr[-3000:]
+    assert done.returncode == 0 and connect_server_proc.python.left() == 0, done.stderr[-3000:]
     assert "starting it again (attempt 2 of 3)" in done.stderr
     rows = spark.read.parquet(str(out)).collect()
     assert _last_counts((r.word, r["count"]) for r in rows) == _counts(words)

@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from ..errors import JobFailedError, SparkStateError
-from . import _demo, _generate, _run, _state
+from . import _demo, _generate, _jvm_archive, _run, _state
 from ._run import job_config
 
 __all__ = ["build_parser", "job_config", "main"]
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _run.add_parser(sub)
     _generate.add_parser(sub)
     _state.add_parser(sub)
+    _jvm_archive.add_parser(sub)
     return parser
 
 

@@ -43,7 +43,7 @@ from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
-from ..session import is_connect, start_query
+from ..session import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
@@ -337,9 +337,20 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
         writer = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
                   .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
                   .queryName(job.name))
-        query = start_query(writer, f"run {job.pipeline.name}")
-        listener.watch(query, "output")
-        stopped_by = _wait(query, config.once)
+        what = f"run {job.pipeline.name}"
+        for attempt in range(1, START_ATTEMPTS + 1):
+            query = start_query(writer, what)
+            listener.watch(query, "output")
+            try:
+                stopped_by = _wait(query, config.once)
+                break
+            except JobFailedError:
+                if attempt == START_ATTEMPTS or not _worker_not_back(query):
+                    raise
+                # Committed batches stay committed: the query goes on from its checkpoint, exactly.
+                log.warning("%s: the query stopped because Spark's Python process for it did not connect back within"
+                            " Spark's fixed 10 s (a busy machine); starting it again on its checkpoint (attempt %d of"
+                            " %d)", what, attempt + 1, START_ATTEMPTS)
     finally:
         try:
             if query is not None:
@@ -364,6 +375,12 @@ def _wait(query: Any, once: bool) -> StoppedBy:
         return "stopped"
     except KeyboardInterrupt:
         return "interrupted"
+
+
+def _worker_not_back(query: Any) -> bool:
+    """Whether ``query`` failed because a Python process Spark started did not connect back in time."""
+    exc = query.exception()
+    return exc is not None and WORKER_NOT_BACK in str(exc)
 
 
 def _stop(query: Any, listener: MetricsListener) -> None:
