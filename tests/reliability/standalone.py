@@ -23,8 +23,6 @@ from typing import Callable, Iterator, TypeVar
 import pyspark
 import pytest
 
-from tests.conftest import TEST_JIT
-
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
@@ -187,7 +185,6 @@ def cluster_env(root: Path) -> dict[str, str]:
         "SPARK_LOCAL_IP": HOST,
         "SPARK_LOCAL_HOSTNAME": HOST,
         "SPARK_DAEMON_MEMORY": "256m",  # master and worker JVMs
-        "SPARK_DAEMON_JAVA_OPTS": TEST_JIT,  # as every JVM of the suite (tests/conftest.py)
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # no fixed REST port (6066)
         "PYSPARK_PYTHON": sys.executable,  # executors' Python workers: this venv's (sparkstate installed)
         "PYSPARK_DRIVER_PYTHON": sys.executable,
