@@ -12,6 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests/connect runs in a pytest process of its own (a Spark Connect client turns the whole process
 # to Connect): tests/test_connect.py starts it.
 collect_ignore = [] if os.environ.get("SPARKSTATE_CONNECT_TESTS") else ["connect"]
+# The suite's Spark JVMs (every session, and every child job, Connect server and cluster JVM that
+# inherits this) compile with C1 only: its jobs are short and the machine is CPU-bound, and C2's
+# compiler threads are a third of a short job's CPU (a 9-batch `sparkstate run sessionize`: 106-115
+# CPU-seconds with them, 68-72 without, on two cores). What the JVM computes is the same; speed is
+# measured by benchmarks/ run on their own, never here.
+TEST_JIT = "-XX:TieredStopAtLevel=1"
+if TEST_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), TEST_JIT]))
 # No PYTHONPATH for the workers: state functions and dataclasses defined in test modules reach
 # them the way a user's do (sparkstate ships modules that are not installed by value).
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 from typing import TYPE_CHECKING, Mapping
 
@@ -307,6 +308,10 @@ WORKER_NOT_BACK = "Python worker failed to connect back"
 #: Attempts at starting a query whose Python process did not connect back (each waits 10 s).
 START_ATTEMPTS = 3
 
+#: Seconds to wait before the second attempt (twice that before the third): a machine too busy
+#: to start a Python process in 10 s is often busy for a while (another query's batch).
+START_PAUSE_S = 5.0
+
 
 def start_query(writer: object, what: str = "the query") -> object:
     """``writer.start()``; started again (up to :data:`START_ATTEMPTS` times in all) when Spark's
@@ -333,4 +338,5 @@ def start_query(writer: object, what: str = "the query") -> object:
             log.warning("%s: Spark's Python process for it did not connect back within Spark's fixed 10 s"
                         " (a busy machine); starting it again (attempt %d of %d)", what, attempt + 1,
                         START_ATTEMPTS)
+            time.sleep(START_PAUSE_S * attempt)
     raise AssertionError("unreachable")

@@ -133,16 +133,19 @@ def test_the_memory_sink_is_refused_in_one_line(spark, tmp_path):
                                       checkpoint=str(tmp_path / 'ck'), once=True))
 
 
-def test_a_client_killed_mid_run_restarts_exactly(spark, connect_url, tmp_path):
+def test_a_client_killed_mid_run_is_taken_over_by_its_restart(spark, connect_url, tmp_path):
+    """A killed client leaves its query running in the server. A second client of the checkpoint
+    is refused while the first lives; once it is killed, the restart stops the run it left and
+    goes on from the checkpoint, exactly."""
     landing = Landing(tmp_path / "in")
     words = [f"w{i % 5}" for i in range(40)]
     for i in range(0, 20, 5):
         landing.add([{"word": w} for w in words[i:i + 5]])
     out, ck = tmp_path / "out", tmp_path / "ck"
-    args = ["run", "running-count", "--source", f"files:{landing.path}", "--format", "json",
-            "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--trigger", "300 milliseconds",
-            "--option", "maxFilesPerTrigger=1", "--remote", connect_url, "--no-progress"]
-    client = subprocess.Popen([sys.executable, "-m", "sparkstate.cli", *args], stdout=subprocess.DEVNULL,
+    args = [sys.executable, "-m", "sparkstate.cli", "run", "running-count", "--source", f"files:{landing.path}",
+            "--format", "json", "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--trigger", "300 milliseconds",
+            "--remote", connect_url, "--no-progress"]
+    client = subprocess.Popen([*args, "--option", "maxFilesPerTrigger=1"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
@@ -150,6 +153,11 @@ def test_a_client_killed_mid_run_restarts_exactly(spark, connect_url, tmp_path):
             assert client.poll() is None, client.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "the job committed no second batch in 240 s"
             time.sleep(0.2)
+        second = subprocess.run([*args, "--once"], capture_output=True, text=True, timeout=600)
+        assert second.returncode == 1 and client.poll() is None, second.stderr[-3000:]
+        errors = [line for line in second.stderr.splitlines() if line.startswith("sparkstate: error")]
+        assert len(errors) == 1 and f"is in use: process {client.pid} on this machine runs this job" in errors[0]
+        assert "Traceback" not in second.stderr
         os.killpg(client.pid, signal.SIGKILL)
         client.wait(30)
     finally:
@@ -157,7 +165,10 @@ def test_a_client_killed_mid_run_restarts_exactly(spark, connect_url, tmp_path):
             os.killpg(client.pid, signal.SIGKILL)
     for i in range(20, 40, 5):  # more input while no client runs
         landing.add([{"word": w} for w in words[i:i + 5]])
-    cli(*[a for a in args if not a.startswith("--option") and a != "maxFilesPerTrigger=1"], "--once")
+    done = subprocess.run([*args, "--once"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"a run of this job whose client is gone (process {client.pid}) was still running" in done.stderr
+    assert "Failed to remove the listener" not in done.stderr  # PySpark's noise at exit: not shown
     rows = spark.read.parquet(str(out)).collect()
     assert _last_counts((r.word, r["count"]) for r in rows) == _counts(words)
     per_batch = Counter((r.batch_id, r.word) for r in rows)

@@ -23,6 +23,8 @@ from typing import Callable, Iterator, TypeVar
 import pyspark
 import pytest
 
+from tests.conftest import TEST_JIT
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
@@ -178,13 +180,17 @@ def cluster_env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SPARK", "PYSPARK", "SPARKSTATE_")) and k not in ("PYTHONPATH", "PYTHONHOME")}
     conf = root / "conf"
-    conf.mkdir(exist_ok=True)  # empty: no spark-defaults.conf / spark-env.sh from elsewhere
+    conf.mkdir(exist_ok=True)  # no spark-defaults.conf / spark-env.sh from elsewhere
+    # Its executors compile with C1 only, as every JVM of the suite (tests/conftest.py).
+    (conf / "spark-defaults.conf").write_text(f"spark.executor.extraJavaOptions {TEST_JIT}\n")
     env.update({
         "SPARK_HOME": str(SPARK_HOME),
         "SPARK_CONF_DIR": str(conf),
         "SPARK_LOCAL_IP": HOST,
         "SPARK_LOCAL_HOSTNAME": HOST,
         "SPARK_DAEMON_MEMORY": "256m",  # master and worker JVMs
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JIT,  # as every JVM of the suite (tests/conftest.py)
+        "SPARK_SUBMIT_OPTS": TEST_JIT,  # the drivers started with this environment
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",  # no fixed REST port (6066)
         "PYSPARK_PYTHON": sys.executable,  # executors' Python workers: this venv's (sparkstate installed)
         "PYSPARK_DRIVER_PYTHON": sys.executable,

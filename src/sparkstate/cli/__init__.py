@@ -14,6 +14,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from typing import Sequence
 
 from ..errors import JobFailedError, SparkStateError
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # interruption is handled here, so those records are dropped.
     logging.getLogger().addFilter(_not_from_py4j)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    # A Spark Connect session stopped at the end of a run is collected at exit, and PySpark's
+    # cleanup then tries to remove its listeners on the server it has already left.
+    warnings.filterwarnings("ignore", message="Failed to remove the listener", category=UserWarning)
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -43,8 +43,9 @@ from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
-from ..session import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, start_query
+from ..session import START_ATTEMPTS, START_PAUSE_S, WORKER_NOT_BACK, is_connect, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
+from . import connect_runs
 from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .pipelines import JOB_PIPELINES, JobPipeline, Refusals
@@ -327,6 +328,17 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     started = time.monotonic()
     config = with_absolute_paths(config)
     job = _define(spark, config)
+    what = f"run {job.pipeline.name}"
+    # Over Connect: a run of this job left on the server by a client that is gone is stopped first.
+    run = connect_runs.claim(spark, job.checkpoint, job.name, what) if is_connect(spark) and not job.own_checkpoint else None
+    try:
+        return _run(spark, config, job, run, what, on_batch, started)
+    finally:
+        connect_runs.release(run)
+
+
+def _run(spark: "SparkSession", config: JobConfig, job: _Job, run: connect_runs.Claim | None, what: str,
+         on_batch: OnBatch | None, started: float) -> JobResult:
     # Every check passed: from here on things are written.
     tee = _tee(spark, job)
     _write_marker(config, spark)
@@ -337,7 +349,6 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
         writer = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
                   .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
                   .queryName(job.name))
-        what = f"run {job.pipeline.name}"
         for attempt in range(1, START_ATTEMPTS + 1):
             query = start_query(writer, what)
             listener.watch(query, "output")
@@ -351,6 +362,7 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
                 log.warning("%s: the query stopped because Spark's Python process for it did not connect back within"
                             " Spark's fixed 10 s (a busy machine); starting it again on its checkpoint (attempt %d of"
                             " %d)", what, attempt + 1, START_ATTEMPTS)
+                time.sleep(START_PAUSE_S * attempt)  # a busy machine: give it a moment
     finally:
         try:
             if query is not None:
