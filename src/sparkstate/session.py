@@ -77,6 +77,11 @@ def default_config() -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.ui.enabled": "false",
         "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "true",
+        # SST data blocks of 16 KB (Spark's 4): index blocks a quarter the size, which stay in the
+        # 64 MB budget with millions of keys in state instead of being read again for every lookup
+        # (10M keys in state, 10K touched: 6.3-6.5 s a batch with 4 KB, 3.5 s with 16 KB; the
+        # record: docs/bench/2026-11-26-large-state.md). Files written before keep their size.
+        "spark.sql.streaming.stateStore.rocksdb.blockSizeKB": "16",
         "spark.python.worker.faulthandler.enabled": "true",
         "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
     })
