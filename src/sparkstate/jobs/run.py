@@ -332,13 +332,13 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     # Over Connect: a run of this job left on the server by a client that is gone is stopped first.
     run = connect_runs.claim(spark, job.checkpoint, job.name, what) if is_connect(spark) and not job.own_checkpoint else None
     try:
-        return _run(spark, config, job, run, what, on_batch, started)
+        return _run(spark, config, job, what, on_batch, started)
     finally:
         connect_runs.release(run)
 
 
-def _run(spark: "SparkSession", config: JobConfig, job: _Job, run: connect_runs.Claim | None, what: str,
-         on_batch: OnBatch | None, started: float) -> JobResult:
+def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batch: OnBatch | None,
+         started: float) -> JobResult:
     # Every check passed: from here on things are written.
     tee = _tee(spark, job)
     _write_marker(config, spark)
