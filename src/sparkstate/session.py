@@ -318,6 +318,11 @@ START_ATTEMPTS = 3
 START_PAUSE_S = 5.0
 
 
+def pause_before_attempt(attempt: int) -> None:
+    """Wait before attempt ``attempt + 1`` at starting a query whose Python process did not connect back."""
+    time.sleep(START_PAUSE_S * attempt)
+
+
 def start_query(writer: object, what: str = "the query") -> object:
     """``writer.start()``; started again (up to :data:`START_ATTEMPTS` times in all) when Spark's
     Python process for it did not connect back in time, with a warning each time.
@@ -343,5 +348,5 @@ def start_query(writer: object, what: str = "the query") -> object:
             log.warning("%s: Spark's Python process for it did not connect back within Spark's fixed 10 s"
                         " (a busy machine); starting it again (attempt %d of %d)", what, attempt + 1,
                         START_ATTEMPTS)
-            time.sleep(START_PAUSE_S * attempt)
+            pause_before_attempt(attempt)
     raise AssertionError("unreachable")

@@ -43,7 +43,7 @@ from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
-from ..session import START_ATTEMPTS, START_PAUSE_S, WORKER_NOT_BACK, is_connect, start_query
+from ..session import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from . import connect_runs
 from .config import JobConfig, source_options, with_absolute_paths
@@ -362,7 +362,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
                 log.warning("%s: the query stopped because Spark's Python process for it did not connect back within"
                             " Spark's fixed 10 s (a busy machine); starting it again on its checkpoint (attempt %d of"
                             " %d)", what, attempt + 1, START_ATTEMPTS)
-                time.sleep(START_PAUSE_S * attempt)  # a busy machine: give it a moment
+                pause_before_attempt(attempt)
     finally:
         try:
             if query is not None:
