@@ -45,8 +45,18 @@ def archive() -> Path:
     return path
 
 
-def test_a_local_session_maps_the_archive_and_leaves_the_environment_as_it_was(archive):
+def _why_not_mapped(archive: Path, tmp_path: Path) -> str:
+    """The JVM's own reason for starting without the archive (its CDS log), for the failure message."""
+    log = tmp_path / "cds.log"
+    opts = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), f"-Xlog:cds=info:file={log}"]))
+    _session_in_a_child(archive, SPARK_SUBMIT_OPTS=opts)
+    lines = log.read_text().splitlines() if log.is_file() else ["no CDS log written"]
+    return "\n".join(ln for ln in lines if "UseSharedSpaces" in ln or "rror" in ln) or "\n".join(lines[-5:])
+
+
+def test_a_local_session_maps_the_archive_and_leaves_the_environment_as_it_was(archive, tmp_path):
     seen = _session_in_a_child(archive)
+    assert seen["mapped"], _why_not_mapped(archive, tmp_path)
     assert seen == {"mapped": True, "submit_opts": os.environ.get("SPARK_SUBMIT_OPTS")}  # the suite's own (conftest)
     # The user's own launcher options stay, the archive beside them.
     assert _session_in_a_child(archive, SPARK_SUBMIT_OPTS="-Dsparkstate.test=1") == {
@@ -86,3 +96,28 @@ def test_the_archive_is_per_java_and_pyspark(monkeypatch, tmp_path):
     assert other is not None and other != here and other.parent == here.parent
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "none"))
     assert jvm_archive.archive_path() is None
+
+
+def test_pyspark_installed_again_looks_for_a_new_archive_and_the_old_one_goes(monkeypatch, tmp_path):
+    # pip installing pyspark again at the same path gives its jars new times, and the JVM then
+    # refuses an archive made before (as CI saw: "A jar file is not the one used while building").
+    import pyspark
+
+    fake = tmp_path / "site" / "pyspark"
+    (fake / "jars").mkdir(parents=True)
+    jar = fake / "jars" / "spark-core.jar"
+    jar.write_bytes(b"jar")
+    monkeypatch.setattr(pyspark, "__file__", str(fake / "__init__.py"))
+    monkeypatch.setenv("SPARKSTATE_CACHE", str(tmp_path / "cache"))
+    first = jvm_archive.archive_path()
+    assert jvm_archive.archive_path() == first  # the same jars: the same archive
+    os.utime(jar, (1_000_000_000, 1_000_000_000))
+    second = jvm_archive.archive_path()
+    assert second != first and second.parent == first.parent
+    # Made again for the new jars, the archive of the old ones is deleted; other pysparks' stay.
+    other = first.with_name("driver-0.0.0-0123456789abcdef-0123456789abcdef.jsa")
+    for p in (first, second, other):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+    assert jvm_archive.remove_stale(second) == [first]
+    assert sorted(p.name for p in second.parent.iterdir()) == sorted([second.name, other.name])

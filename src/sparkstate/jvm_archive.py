@@ -8,8 +8,9 @@ JVM that runs a small sessionize job (:func:`build`: ``sparkstate jvm-archive``,
 runs), and :func:`~sparkstate.spark_session` passes it to every local driver it starts
 afterwards (``-XX:SharedArchiveFile``, through ``SPARK_SUBMIT_OPTS``).
 
-An archive fits one JVM build and one classpath (pyspark's jars), so its file name is a hash of
-both (:func:`archive_path`): another Java or another pyspark looks for another file. A JVM that
+An archive fits one JVM build and one classpath (pyspark's jars, each of its size and time), so
+its file name is a hash of both (:func:`archive_path`): another Java, another pyspark or the same
+one installed again looks for another file. A JVM that
 still finds its archive unusable (changed jars, a damaged file) starts without it, as it would
 with none; nothing fails. The archive lives in ``$SPARKSTATE_CACHE/jvm`` (else
 ``~/.cache/sparkstate/jvm``); ``SPARKSTATE_JVM_ARCHIVE=off`` starts every JVM without it.
@@ -60,10 +61,16 @@ def archive_path() -> Path | None:
         return None
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     stat = java.stat()
-    names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
-    key = "\n".join([str(java), str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__, str(jars), *names])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return cache_dir() / "jvm" / f"driver-{pyspark.__version__}-{digest}.jsa"
+    where = "\n".join([str(java), str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__, str(jars)])
+    # The JVM refuses an archive when any jar's size or time differs from when it was made (pip
+    # installing pyspark again at the same path, say), so they name the file too.
+    found = sorted(jars.glob("*.jar")) if jars.is_dir() else []
+    files = "\n".join(f"{p.name} {s.st_size} {int(s.st_mtime)}" for p in found for s in [p.stat()])
+    return cache_dir() / "jvm" / f"driver-{pyspark.__version__}-{_digest(where)}-{_digest(files)}.jsa"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def driver_option() -> str | None:
@@ -99,6 +106,15 @@ def launching_with_archive(java_options: str | None = None) -> Iterator[None]:
             os.environ[SUBMIT_OPTS] = before
 
 
+def remove_stale(path: Path) -> list[Path]:
+    """Delete the archives made for the same Java and pyspark path before its jars changed (which
+    can never map again) beside ``path``; the ones deleted."""
+    gone = [p for p in path.parent.glob(path.name.rsplit("-", 1)[0] + "-*.jsa") if p != path]
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return gone
+
+
 def build(timeout_s: float = 900.0) -> tuple[Path, float]:
     """Make the archive for this Java and pyspark (replacing one that is there); its path and size in MB.
 
@@ -122,6 +138,7 @@ def build(timeout_s: float = 900.0) -> tuple[Path, float]:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise SparkStateError(f"jvm-archive: the recording JVM wrote no archive ({tail[0]})")
         os.replace(partial, path)
+        remove_stale(path)
     except subprocess.TimeoutExpired:
         raise SparkStateError(f"jvm-archive: the recording run took over {timeout_s:.0f} s") from None
     finally:
