@@ -74,3 +74,60 @@ def test_appends_to_an_existing_file(tmp_path):
         listener.record(report("q", batch, 1), "output")
         listener.close()
     assert [json.loads(line)["batch_id"] for line in path.read_text().splitlines()] == [0, 1]
+
+
+def test_progress_read_from_json_is_the_report_pyspark_hands_over(spark):
+    # A listener of ours next to a plain PySpark one, on the same query: the same reports (the
+    # JVM's own JSON) and the same observed metrics, as Rows.
+    import time
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from sparkstate.observe.listener import JsonProgressListener
+
+    class Plain(StreamingQueryListener):
+        def __init__(self):
+            self.seen = {}
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            self.seen[event.progress.batchId] = (json.loads(event.progress.json), event.progress.observedMetrics)
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    class Ours(JsonProgressListener, Plain):
+        def onQueryProgress(self, event):
+            self.from_json = getattr(event.progress, "_jprogress", "?") is None  # no JVM object behind it
+            super().onQueryProgress(event)
+
+    plain, ours = Plain(), Ours()
+    for lst in (plain, ours):
+        spark.streams.addListener(lst)
+    try:
+        rows = spark.readStream.format("rate").option("rowsPerSecond", 20).load() \
+            .observe("seen", F.count(F.lit(1)).alias("rows"))
+        q = rows.groupBy((F.col("value") % 3).alias("k")).count() \
+            .writeStream.outputMode("update").format("memory").queryName("json_progress").start()
+        try:
+            deadline = time.monotonic() + 300
+            while not ({0, 1, 2} <= set(plain.seen) & set(ours.seen)) and time.monotonic() < deadline:
+                q.awaitTermination(0.2)
+        finally:
+            q.stop()
+    finally:
+        for lst in (plain, ours):
+            spark.streams.removeListener(lst)
+    for batch in (0, 1, 2):
+        assert ours.seen[batch] == plain.seen[batch]
+        report, observed = ours.seen[batch]
+        assert report["batchId"] == batch and report["stateOperators"][0]["numRowsTotal"] <= 3
+        assert observed["seen"].rows == report["numInputRows"]
+    assert sum(ours.seen[b][0]["numInputRows"] for b in (0, 1, 2)) > 0
+    assert ours.from_json is True

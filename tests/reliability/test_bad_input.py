@@ -150,6 +150,12 @@ MALFORMED = [  # (line, reason) -- the reasons are the parse step's contract (io
 HUGE = json.dumps({"user_id": "user-002", "event_time": T, "data": "x" * 1_200_000, "is_last": False})
 
 
+def _batch_time(ck: Path, batch: int) -> datetime:
+    """A micro-batch's time, as Spark's offset log records it."""
+    meta = json.loads((ck / "offsets" / str(batch)).read_text().splitlines()[1])
+    return datetime.fromtimestamp(meta["batchTimestampMs"] / 1000, timezone.utc)
+
+
 def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_path, capsys):
     events = generate_events(150, users=5, seed=31)
     good = [e.to_json() for e in events]
@@ -157,7 +163,7 @@ def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_pat
     # Bad records among the good ones, and blank lines (not records, as in Spark's JSON reader).
     _write_files(tmp_path / "in", [good[:75], good[75:110] + bad[:5] + ["", "   "], good[110:] + bad[5:]])
     out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "m.jsonl"
-    code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics, "--option", "maxFilesPerTrigger=10"))
+    code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics, "--option", "maxFilesPerTrigger=1"))
     assert code == 0, err
 
     dead = _dead(spark, out / "_deadletter")
@@ -168,6 +174,10 @@ def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_pat
     huge = next(r for r in dead if r.reason.startswith("record is"))
     assert huge.raw == HUGE[:1024] + "... [truncated]"  # the dead letter keeps the head of a huge record
     assert all(r.source.endswith(".json") and r.received_at is not None for r in dead)
+    # received_at is its micro-batch's time, as Spark's offset log records it (the same on a replay).
+    batch = _batch_of_file(ck)
+    assert {r.received_at.astimezone(timezone.utc) for r in dead} == {_batch_time(ck, batch[n]) for n in ("part-00001.json", "part-00002.json")}
+    assert all(r.received_at.astimezone(timezone.utc) == _batch_time(ck, batch[Path(r.source).name]) for r in dead)
 
     lines = _metrics(metrics)
     written = _sessions(spark, out)

@@ -47,6 +47,8 @@ from ..errors import ConfigError
 DEAD_LETTER_SCHEMA = "raw string, raw_bytes binary, reason string, source string, received_at timestamp"
 #: Records larger than this (in UTF-8 bytes) are dead letters without being parsed.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
+#: The dead letter's time: the micro-batch's (``current_timestamp()`` in a stream; the same on a replay).
+RECEIVED_AT = "received_at"
 #: How much of an oversized record its dead letter keeps.
 RAW_PREVIEW_CHARS = 1024
 # How much of a wrongly typed value a reason quotes.
@@ -200,7 +202,7 @@ def _split(checked: DataFrame, schema: StructType, max_record_bytes: int) -> Par
         data.alias("raw_bytes"),
         reason.alias("reason"),
         F.col(SOURCE).alias("source"),
-        F.current_timestamp().alias("received_at"),
+        F.current_timestamp().alias(RECEIVED_AT),
     )
     return Parsed(events, dead, checked)
 
