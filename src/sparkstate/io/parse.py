@@ -265,9 +265,14 @@ def parse_json(
         fits.isNotNull() & as_map.isNull(),
         F.when(F.get_json_object(fits, "$").isNotNull(), F.lit("not a JSON object")).otherwise(F.lit("not valid JSON")),
     )
+    # Each field's text looked up once per record, a column of its own (else each of its reasons'
+    # reads is a lookup of its own in the generated code).
+    texts = [f"_sparkstate_text_{i}" for i in range(len(struct.fields))]
+    step = step.select("*", *[_once(F.try_element_at(as_map, F.lit(f.name))).alias(t)
+                              for f, t in zip(struct.fields, texts)])
     field_reasons = []
-    for f in struct.fields:
-        text = F.try_element_at(as_map, F.lit(f.name))
+    for f, t in zip(struct.fields, texts):
+        text = F.col(t)
         if f.name in need:
             has = F.map_contains_key(as_map, F.lit(f.name))
             field_reasons.append(F.when(~has, F.lit(f"missing field {f.name}")))
@@ -279,7 +284,7 @@ def parse_json(
     checked = step.select(
         *[typed.getField(f.name).alias(f.name) for f in struct.fields],
         line,
-        reason.alias(REASON),
+        _once(reason).alias(REASON),
         F.col(SOURCE),
     )
     return _split(checked, struct, limit)
@@ -381,7 +386,7 @@ def check_csv_tokens(
     checked = step.select(
         *[c.alias(f.name) for f, c in zip(struct.fields, fields)],
         F.col(RAW),
-        reason.alias(REASON),
+        _once(reason).alias(REASON),
         F.col(SOURCE),
     )
     return _split(checked, struct, limit)
