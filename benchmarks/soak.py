@@ -692,9 +692,9 @@ def _store_listener(path: Path) -> Any:
     """A listener writing, per batch of the soak's query, the state operators' RocksDB figures
     (``memoryUsedBytes`` and the ``customMetrics``: SST file size, pinned blocks, ...), which the
     metrics file does not keep: they tell a cache warming up from state that piles up."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from sparkstate.observe.listener import JsonProgressListener
 
-    class StoreListener(StreamingQueryListener):
+    class StoreListener(JsonProgressListener):  # reports as JSON: one JVM call each
         def onQueryStarted(self, event: Any) -> None:
             pass
 

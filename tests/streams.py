@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from sparkstate.observe.listener import JsonProgressListener
 
 _counter = itertools.count()
 
 
-class _Progress(StreamingQueryListener):
+class _Progress(JsonProgressListener):
     def __init__(self) -> None:
         self.rows: dict[str, int] = {}
         self.batches: dict[str, int] = {}

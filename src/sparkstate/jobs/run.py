@@ -246,8 +246,8 @@ def _observed_dead_letters(dead_letters: "DataFrame") -> "DataFrame":
 
     ``received_at`` is the micro-batch's time, a literal Spark writes into the generated code. Put
     in after the observation (a boundary between generated stages), it leaves the code of the
-    parse stage (7,000 lines for JSON records) the same in every batch: compiled once, not in every
-    batch (a third of the driver's CPU in a small job).
+    parse stage the same in every batch: compiled once, not in every batch (see
+    docs/bench/2026-11-26-driver-per-batch.md).
     """
     counted = dead_letters.drop(RECEIVED_AT).observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
     if RECEIVED_AT not in dead_letters.columns:

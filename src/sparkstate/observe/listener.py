@@ -28,6 +28,11 @@ from typing import Any, Callable, Mapping
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+try:
+    from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent, StreamingQueryProgress
+except ImportError:  # pragma: no cover - a PySpark without them hands events its own way
+    JStreamingQueryListener = object  # type: ignore[assignment,misc]
+
 from .metrics import BatchMetrics, Role, RunTotals, batch_metrics
 
 log = logging.getLogger("sparkstate.observe")
@@ -59,12 +64,6 @@ class JsonProgressListener(StreamingQueryListener):
 
             self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
         return self._jlistenerobj
-
-
-try:
-    from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent, StreamingQueryProgress
-except ImportError:  # pragma: no cover - a PySpark without them hands events its own way
-    JStreamingQueryListener = object  # type: ignore[assignment,misc]
 
 
 class _JsonEvents(JStreamingQueryListener):  # type: ignore[misc,valid-type]
@@ -189,7 +188,7 @@ class MetricsListener(JsonProgressListener):
         pass
 
 
-class _Anchor(JsonProgressListener):
+class _Anchor(StreamingQueryListener):
     """A listener that does nothing, kept on a Spark Connect session for its whole life (see
     :func:`remove_listener`)."""
 
