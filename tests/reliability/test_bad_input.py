@@ -153,7 +153,8 @@ HUGE = json.dumps({"user_id": "user-002", "event_time": T, "data": "x" * 1_200_0
 def _batch_time(ck: Path, batch: int) -> datetime:
     """A micro-batch's time, as Spark's offset log records it."""
     meta = json.loads((ck / "offsets" / str(batch)).read_text().splitlines()[1])
-    return datetime.fromtimestamp(meta["batchTimestampMs"] / 1000, timezone.utc)
+    ms = meta["batchTimestampMs"]
+    return datetime.fromtimestamp(ms // 1000, timezone.utc) + timedelta(milliseconds=ms % 1000)
 
 
 def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_path, capsys):
