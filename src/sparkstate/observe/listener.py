@@ -67,10 +67,8 @@ class JsonProgressListener(StreamingQueryListener):
 
 
 class _JsonEvents(JStreamingQueryListener):  # type: ignore[misc,valid-type]
-    """The Python object the JVM calls (``PythonStreamingQueryListener``): progress from its JSON."""
-
-    def __init__(self, pylistener: StreamingQueryListener) -> None:
-        self.pylistener = pylistener
+    """The Python object the JVM calls (PySpark's, whose ``pylistener`` and ``Java`` interface it
+    keeps): progress from its JSON."""
 
     def onQueryProgress(self, jevent: Any) -> None:
         try:
@@ -78,9 +76,6 @@ class _JsonEvents(JStreamingQueryListener):  # type: ignore[misc,valid-type]
         except Exception:  # a report this PySpark cannot read from JSON: field by field, as PySpark does
             event = QueryProgressEvent.fromJObject(jevent)
         self.pylistener.onQueryProgress(event)
-
-    class Java:
-        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
 class MetricsListener(JsonProgressListener):
