@@ -141,6 +141,16 @@ class Sessionizer:
         self.time_column = time_column
         self.__name__ = "sessionize"
 
+    @property
+    def _sparkstate_processor(self) -> type | None:
+        """The batched engine's processor for event time on a stream, which runs a bucket at a time
+        over columns (:mod:`.batch_sessionizer`); None (processing time, a static input): the per-key loop."""
+        if self.time_mode == "event" and self.streaming:
+            from .batch_sessionizer import SessionProcessor
+
+            return SessionProcessor
+        return None
+
     def _row(self, key: Any, s: OpenSession, closed_by: str) -> tuple:
         start = None if s.start_ms is None else utc(s.start_ms)
         end = None if s.end_ms is None else utc(s.end_ms)

@@ -189,6 +189,9 @@ class BatchedEngine(Engine):
         if clash:
             raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
         h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
+        processor_class = self.processor_class
+        if processor_class is BucketProcessor:  # a group function may bring a columnar processor of its own
+            processor_class = getattr(plan.func, "_sparkstate_processor", None) or processor_class
         bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
         if not self.pack or (df.isStreaming and has_watermark(df)):
             # Spark drops input rows behind the watermark inside the stateful operator, by the
@@ -202,12 +205,12 @@ class BatchedEngine(Engine):
             schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
                                                     StructField(BUCKET_COLUMN, IntegerType(), True)])
             tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-            processor = self.processor_class(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
+            processor = processor_class(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
         else:
             cols = [F.col(f"`{c}`") for c in df.columns]
             data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
             schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
-            processor = self.processor_class(plan, self.buckets, self.leaf_rows, schema)
+            processor = processor_class(plan, self.buckets, self.leaf_rows, schema)
         init = None
         if initial_state is not None:
             init = initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)
