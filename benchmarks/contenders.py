@@ -53,6 +53,8 @@ class Contender:
     build_initial: Callable[[Context, DataFrame, DataFrame], DataFrame] | None = None
     #: In the scaling run unless named with --contenders (a slow first-batch preload is not).
     in_scaling: bool = True
+    #: Run when no --contenders are named (a comparison contender runs only when named).
+    by_default: bool = True
 
     @property
     def preload(self) -> str:
@@ -166,7 +168,7 @@ def _tws_sessions(ctx: Context, df: DataFrame) -> DataFrame:
         raw.TwsSessionizer(w.gap_ms), SESSION_OUTPUT, "Append", "EventTime")
 
 
-def _sparkstate_sessions(engine: str | None) -> Callable:
+def _sparkstate_sessions(engine: Any) -> Callable:
     from sparkstate.pipelines import sessionize
 
     def build(ctx: Context, df: DataFrame) -> DataFrame:
@@ -177,6 +179,22 @@ def _sparkstate_sessions(engine: str | None) -> Callable:
                           data="data", **extra)
 
     return build
+
+
+try:  # the batched engine without the columnar sessionizer (its per-key loop), to compare the two
+    from sparkstate.engines.batched.engine import BatchedEngine
+    from sparkstate.engines.batched.processor import BucketProcessor
+
+    class PerKeyProcessor(BucketProcessor):
+        """The batched engine's per-key processor, under another name, so that a group function's
+        own columnar processor is not used (``BatchedEngine.apply``)."""
+
+    class PerKeyEngine(BatchedEngine):
+        processor_class = PerKeyProcessor
+
+    per_key_engine: Any = PerKeyEngine()
+except ImportError:  # an older sparkstate
+    per_key_engine = None
 
 
 def sessionize_takes_engine() -> bool:
@@ -228,6 +246,11 @@ def contenders(workload: str) -> list[Contender]:
                 found.append(Contender(f"sparkstate-{name}", "sessions", "sparkstate",
                                        f'sparkstate.pipelines.sessionize(..., engine="{name}")',
                                        _sparkstate_sessions(name), "append"))
+            if per_key_engine is not None:
+                found.append(Contender("sparkstate-perkey", "sessions", "sparkstate",
+                                       "sessionize on the batched engine's per-key loop (before the columnar"
+                                       " sessionizer)", _sparkstate_sessions(per_key_engine), "append",
+                                       by_default=False))
         else:
             found.append(Contender("sparkstate-sessionize", "sessions", "sparkstate",
                                    "sparkstate.pipelines.sessionize(time_mode='event') (its default engine)",
@@ -237,9 +260,9 @@ def contenders(workload: str) -> list[Contender]:
 
 
 def select(found: list[Contender], names: list[str] | None) -> list[Contender]:
-    """Contenders whose name starts with one of ``names`` (all when ``names`` is empty)."""
+    """Contenders whose name starts with one of ``names`` (those run by default when ``names`` is empty)."""
     if not names:
-        return found
+        return [c for c in found if c.by_default]
     return [c for c in found if any(c.name.startswith(n) for n in names)]
 
 

@@ -123,8 +123,8 @@ class SessionProcessor(BucketProcessor):
         _, first = np.unique(pos, return_index=True)  # each key's first row (key numbers are 0..n-1)
         hashes = pdf.iloc[:, self.input.hash_pos].to_numpy(np.int64)[first].tolist()
         t = pdf.iloc[:, self.ts_at].to_numpy("datetime64[ns]").view(np.int64) // 1_000_000  # floored, as _floor_ms
-        return list(number), hashes, pos, t, pdf.iloc[:, self.last_at].to_numpy(bool), \
-            pdf.iloc[:, self.data_at].tolist()
+        data = self.input.converters[self.data_at](pdf.iloc[:, self.data_at])
+        return list(number), hashes, pos, t, pdf.iloc[:, self.last_at].to_numpy(bool), data
 
     # -- one call -----------------------------------------------------------------------------------
     def _process_frame(self, pdf: Any, tv: Any) -> list:

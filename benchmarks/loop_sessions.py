@@ -1,0 +1,91 @@
+"""``python -m benchmarks.loop_sessions``: event-time sessionize on one bucket, without Spark: the
+columnar sessionizer (``SessionProcessor``, what the batched engine runs for it) beside the
+per-key loop (``BucketProcessor`` calling ``Sessionizer`` per key) on the same input.
+
+Both get the sessions batches of :mod:`benchmarks.loop` (every key of the bucket touched in every
+batch, unpacked pandas rows as an event-time input arrives) through that module's in-memory
+state variables. Reported: this thread's CPU time per key and batch, including the cyclic
+collection the call's objects set off once it returns (batch 0, which creates every key, left
+out), median of ``repeats`` fresh passes. Every batch's outputs of the two processors are
+compared: a difference is an error.
+
+>>> r = run(keys=300, batches=2, events_per_key=2, repeats=1)
+>>> r["checked"], r["per_key_us"]["columnar"] > 0, r["per_key_us"]["per-key"] > 0
+(True, True, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import pandas as pd
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN
+from sparkstate.engines.batched.processor import BucketProcessor
+from sparkstate.pipelines.batch_sessionizer import SessionProcessor
+
+from . import loop
+
+cpu = time.thread_time
+
+
+def _processor(cls: type) -> Any:
+    plan, _ = loop.plan_for("sessions")
+    schema = StructType(loop.SESSIONS_INPUT.fields + [StructField(HASH_COLUMN, LongType(), True),
+                                                      StructField(BUCKET_COLUMN, IntegerType(), True)])
+    proc = cls(plan, loop.BUCKETS, loop.LEAF_ROWS, schema, packed=False, tz="UTC")
+    proc.init(loop.Handle())
+    return proc
+
+
+def _rows(frames: list) -> list:
+    out = []
+    for f in frames:
+        for r in f.itertuples(index=False):
+            out.append((r[0], pd.Timestamp(r[1]).value, pd.Timestamp(r[2]).value, int(r[3]), tuple(r[4]), r[5]))
+    return sorted(out)
+
+
+def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: int = 3) -> dict:
+    data = loop.make_batches("sessions", keys, batches, events_per_key)
+    per_key: dict = {}
+    outputs: dict = {}
+    for name, cls in (("columnar", SessionProcessor), ("per-key", BucketProcessor)):
+        passes = []
+        for _ in range(repeats):
+            proc, times, outs = _processor(cls), [], []
+            for b in data:
+                t0 = cpu()
+                out = list(proc.handleInputRows((0,), iter(b.frames), loop.Times(b.pt, b.wm)))
+                [object() for _ in range(1000)]  # the collection the call's objects set off
+                times.append(cpu() - t0)
+                outs.append(_rows(out))
+            passes.append(statistics.median(times[1:]) / keys * 1e6)
+        per_key[name] = round(statistics.median(passes), 2)
+        outputs[name] = outs
+    if outputs["columnar"] != outputs["per-key"]:
+        raise AssertionError("the columnar sessionizer's outputs differ from the per-key loop's")
+    return {"keys": keys, "batches": batches, "events_per_key": events_per_key, "per_key_us": per_key,
+            "sessions": sum(len(o) for o in outputs["columnar"]), "checked": True, "load": list(loop._load())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.loop_sessions", description=__doc__.split("\n\n")[0])
+    p.add_argument("--keys", type=int, default=25_000)
+    p.add_argument("--batches", type=int, default=5)
+    p.add_argument("--events-per-key", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    r = run(a.keys, a.batches, a.events_per_key, a.repeats)
+    print(f"{r['keys']} keys in the bucket, {r['events_per_key']} events/key/batch, CPU us per key and batch:"
+          f" columnar {r['per_key_us']['columnar']}, per-key {r['per_key_us']['per-key']}"
+          f" ({r['sessions']} sessions, outputs equal; load {r['load']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
