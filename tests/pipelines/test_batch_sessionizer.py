@@ -20,6 +20,7 @@ from pyspark.sql.types import (ArrayType, BooleanType, IntegerType, LongType, St
 from benchmarks.loop import Handle, Times, key_hashes
 from sparkstate.engines.base import StatePlan
 from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN, LEAF_VARIABLE
+from sparkstate.engines.batched.packing import packer
 from sparkstate.engines.batched.processor import BucketProcessor
 from sparkstate.group_state import GroupStateTimeout
 from sparkstate.pipelines.batch_sessionizer import SessionProcessor
@@ -58,9 +59,38 @@ def plan_for(emit: bool, carry: int, time_column: bool, emit_on_last: bool) -> t
         timeout=GroupStateTimeout.EventTimeTimeout, keep_expired_state=False, state_ttl_ms=None, value_decoder=None,
         output_mode="append", has_watermark=True, streaming=True,
     )
-    schema = StructType(inputs + [StructField(HASH_COLUMN, LongType(), True),
-                                  StructField(BUCKET_COLUMN, IntegerType(), True)])
-    return plan, schema
+    return plan, StructType(inputs)
+
+
+def schema_for(inputs: StructType, pack: bool) -> StructType:
+    """The processor's input schema as the engine builds it, packed or row by row."""
+    extra = [StructField(HASH_COLUMN, LongType(), True)]
+    if not pack:
+        extra.append(StructField(BUCKET_COLUMN, IntegerType(), True))
+    return StructType(inputs.fields + extra)
+
+
+def packed(rows: list[tuple], emit: bool, carry: int) -> pd.DataFrame:
+    """One bucket's input packed as the engine packs it before the shuffle (Arrow blobs)."""
+    import pyarrow as pa
+
+    cols = {
+        "user_id": pa.array([r[0] for r in rows], pa.string()),
+        "event_time": pa.array([r[1] for r in rows], pa.int64()).cast(pa.timestamp("ms")).cast(
+            pa.timestamp("us", tz="UTC")),
+        "data": pa.array([r[2] for r in rows], pa.string()),
+        "is_last": pa.array([r[3] for r in rows], pa.bool_()),
+    }
+    if emit:
+        cols["_sparkstate_reject"] = pa.array([r[4] for r in rows], pa.string())
+        for i in range(carry):
+            cols[f"c{i}"] = pa.array([r[5] + i for r in rows], pa.int64())
+        cols["_sparkstate_watermark"] = pa.nulls(len(rows), pa.timestamp("us", tz="UTC"))
+    cols[HASH_COLUMN] = pa.array([HASH[r[0]] for r in rows], pa.int64())
+    cols[BUCKET_COLUMN] = pa.array([0] * len(rows), pa.int32())
+    table = pa.table(cols)
+    batches = list(packer(table.num_columns - 1)(iter(table.to_batches())))
+    return pa.Table.from_batches(batches).to_pandas()
 
 
 def frame(rows: list[tuple], emit: bool, carry: int) -> pd.DataFrame:
@@ -133,16 +163,19 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("pack", [False, True], ids=["rows", "packed"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(k for k, v in s.items() if v) or "default")
-def test_the_columnar_sessionizer_does_what_the_per_key_one_does(shape):
-    plan, schema = plan_for(**shape)
+def test_the_columnar_sessionizer_does_what_the_per_key_one_does(shape, pack):
+    plan, inputs = plan_for(**shape)
+    schema = schema_for(inputs, pack)
     emit = shape["emit"]
+    make = packed if pack else frame
     compared = sessions = refused = 0
     for seed in range(40):
         rng = random.Random(seed)
         procs = []
         for cls in (SessionProcessor, BucketProcessor):
-            p = cls(plan, 64, 4, schema, packed=False, tz="UTC")  # 4 keys a leaf: leaves split
+            p = cls(plan, 64, 4, schema, packed=pack, tz="UTC")  # 4 keys a leaf: leaves split
             p.init(Handle())
             procs.append(p)
         wm = 0
@@ -152,7 +185,7 @@ def test_the_columnar_sessionizer_does_what_the_per_key_one_does(shape):
             outs = []
             for p in procs:
                 if rows:
-                    got = list(p.handleInputRows((0,), iter([frame(rows, emit, shape["carry"])]), Times(b, wm)))
+                    got = list(p.handleInputRows((0,), iter([make(rows, emit, shape["carry"])]), Times(b, wm)))
                 else:  # a batch without input: only the bucket's timer fires
                     got = list(p.handleExpiredTimer((0,), Times(b, wm), None))
                 outs.append(canon(got))
@@ -178,7 +211,8 @@ def test_the_columnar_sessionizer_does_what_the_per_key_one_does(shape):
 def test_a_state_of_the_single_session_layout_reads_back_as_in_the_per_key_path():
     """A checkpoint of an earlier sparkstate holds one open session per key without its events'
     times; the columnar path spreads them as OpenSession.sessions() does."""
-    plan, schema = plan_for(emit=False, carry=0, time_column=False, emit_on_last=False)
+    plan, inputs = plan_for(emit=False, carry=0, time_column=False, emit_on_last=False)
+    schema = schema_for(inputs, False)
     codec = Codec.of(OpenSession)
     old = OpenSession(T0, T0 + 30_000, ["/a", "/b", "/c"], [], [], [])
     outs, leaves = [], []

@@ -229,6 +229,18 @@ def get_engine(name: str | Engine) -> Engine:
 WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
 
 
+#: A column carrying the input's watermark that is always null: a stateful operator whose input
+#: carries the watermark only in such a column runs in event time and drops no row as late
+#: (``sessionize(late="emit")`` decides lateness itself and outputs the late rows).
+NULL_WATERMARK_COLUMN = "_sparkstate_watermark"
+
+
+def drops_late_rows(df: "DataFrame") -> bool:
+    """Whether Spark drops late rows of ``df`` inside the stateful operator reading it: a column
+    other than :data:`NULL_WATERMARK_COLUMN` carries the watermark."""
+    return any(WATERMARK_DELAY_KEY in (f.metadata or {}) for f in df.schema.fields if f.name != NULL_WATERMARK_COLUMN)
+
+
 def has_watermark(df: "DataFrame") -> bool:
     """Whether a column of ``df`` carries an event-time watermark (``withWatermark`` upstream):
     then Spark drops the rows behind it inside the stateful operator reading ``df``."""

@@ -90,58 +90,108 @@ class SessionProcessor(BucketProcessor):
         self.key_name = names[self.key_at]
         # the Sessionizer's rows: (key, timestamp, data, last_flag), then with emit the reason
         self.ts_at, self.data_at, self.last_at, self.reason_at = 1, 2, 3, 4
-        self.columnar = (tuple(self.plan.state_codec.fields) == _FIELDS and not self.packed
-                         and len(self.plan.key_columns) == 1 and self.tz.upper() in ("UTC", "Z", "GMT", "ETC/UTC"))
+        utc = self.tz.upper() in ("UTC", "Z", "GMT", "ETC/UTC")
+        self.columnar = (tuple(self.plan.state_codec.fields) == _FIELDS and len(self.plan.key_columns) == 1
+                         and (self.packed or utc))
 
     # -- the bucket's input as columns ------------------------------------------------------------
-    def _readable(self, pdf: Any) -> bool:
-        """Whether this path reads the input as the per-key path would: naive UTC timestamps (null
-        only where late="emit" refuses the row), a boolean flag."""
-        ts, flag = pdf.iloc[:, self.ts_at], pdf.iloc[:, self.last_at]
-        return (ts.dtype.kind == "M" and getattr(ts.dt, "tz", None) is None and flag.dtype.kind == "b"
-                and (self.func.emit or not ts.isna().any()))
+    def _read(self, frames: list) -> dict | None:
+        """The bucket's rows as columns: each row's key (as the function would see it), key hash,
+        time (epoch ms, floored as the per-key path floors it), null time, flag, data and (late="emit")
+        whether SQL refused it, and ``rows(mask)``: the masked rows as the per-key path builds them.
+        None when the rows are not what this path reads (then the per-key loop runs)."""
+        conv = self.input.converters
+        if self.packed:
+            import pyarrow as pa
 
-    def _refuse(self, pdf: Any, wm: int) -> tuple[Any, list, list]:
-        """late="emit": the rows that cannot join a session, taken out of ``pdf`` and turned into
+            tables = self.input.packed_tables(frames)
+            if not tables:
+                return None
+            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            ts, flag = table.column(self.ts_at), table.column(self.last_at)
+            if not pa.types.is_timestamp(ts.type) or flag.null_count or not pa.types.is_boolean(flag.type):
+                return None
+            per_s = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[ts.type.unit]
+            null_t = ts.is_null().to_numpy()
+            ms = ts.cast(pa.int64()).fill_null(0).to_numpy()
+            ms = ms // (per_s // 1000) if per_s >= 1000 else ms * (1000 // per_s)  # floored, as _floor_ms
+
+            def column(i: int) -> Any:
+                return table.column(i)
+
+            def rows(mask: np.ndarray) -> tuple[list, list]:
+                idx = pa.array(np.flatnonzero(mask))
+                return self.input._keys_and_rows([c(table.column(i).take(idx)) for i, c in enumerate(conv)])
+
+            out = {"hash": table.column(self.input.hash_pos).to_numpy(), "last": flag.to_numpy()}
+        else:
+            import pandas as pd
+
+            pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+            ts, flag = pdf.iloc[:, self.ts_at], pdf.iloc[:, self.last_at]
+            if ts.dtype.kind != "M" or getattr(ts.dt, "tz", None) is not None or flag.dtype.kind != "b":
+                return None
+            null_t = ts.isna().to_numpy()
+            ms = ts.to_numpy("datetime64[ns]").view(np.int64) // 1_000_000
+
+            def column(i: int) -> Any:
+                return pdf.iloc[:, i]
+
+            def rows(mask: np.ndarray) -> tuple[list, list]:
+                return self.input._keys_and_rows([c(pdf.iloc[mask, i]) for i, c in enumerate(conv)])
+
+            out = {"hash": pdf.iloc[:, self.input.hash_pos].to_numpy(np.int64), "last": flag.to_numpy(bool)}
+        if null_t.any() and not self.func.emit:
+            return None
+        out.update(key=conv[self.key_at](column(self.key_at)), t=ms, null_t=null_t,
+                   data=conv[self.data_at](column(self.data_at)), rows=rows)
+        if self.func.emit:
+            refused = column(self.reason_at)
+            out["reason"] = refused.is_valid().to_numpy() if self.packed else refused.notna().to_numpy()
+        return out
+
+    def _refuse(self, cols: dict, wm: int) -> tuple[list, list]:
+        """late="emit": the rows that cannot join a session, taken out of ``cols`` and turned into
         output rows by the per-key sessionizer's own rules (they are few), with their keys (as
         :meth:`frame` names them in errors)."""
-        ts = pdf.iloc[:, self.ts_at]
-        ms = ts.to_numpy("datetime64[ns]").view(np.int64) // 1_000_000
-        refused = pdf.iloc[:, self.reason_at].notna().to_numpy() | ts.isna().to_numpy() | (ms <= wm)
+        refused = cols["reason"] | cols["null_t"] | (cols["t"] <= wm)
         if not refused.any():
-            return pdf, [], []
-        keys, rows = self.input._keys_and_rows([conv(pdf.iloc[refused, i])
-                                                 for i, conv in enumerate(self.input.converters)])
+            return [], []
+        keys, rows = cols["rows"](refused)
         out = [self.func._rejected(k, r, self.func._refused(r, wm)) for k, r in zip(keys, rows)]
-        return pdf.iloc[~refused], out, [(i + 1, k) for i, k in enumerate(keys)]
+        kept = ~refused
+        keep = kept.tolist()
+        for name in ("hash", "t", "last"):
+            cols[name] = cols[name][kept]
+        for name in ("key", "data"):
+            cols[name] = list(compress(cols[name], keep))
+        return out, [(i + 1, k) for i, k in enumerate(keys)]
 
-    def _columns(self, pdf: Any) -> tuple:
+    @staticmethod
+    def _numbered(cols: dict) -> tuple:
         """(keys in first-seen order, their hashes, each row's key number, time ms, flag, data)."""
-        row_keys = self.input.converters[self.key_at](pdf.iloc[:, self.key_at])
         number: dict = {}
+        row_keys = cols["key"]
         pos = np.fromiter((number.setdefault(k, len(number)) for k in row_keys), np.int64, len(row_keys))
         _, first = np.unique(pos, return_index=True)  # each key's first row (key numbers are 0..n-1)
-        hashes = pdf.iloc[:, self.input.hash_pos].to_numpy(np.int64)[first].tolist()
-        t = pdf.iloc[:, self.ts_at].to_numpy("datetime64[ns]").view(np.int64) // 1_000_000  # floored, as _floor_ms
-        data = self.input.converters[self.data_at](pdf.iloc[:, self.data_at])
-        return list(number), hashes, pos, t, pdf.iloc[:, self.last_at].to_numpy(bool), data
+        return list(number), cols["hash"][first].tolist(), pos, cols["t"], cols["last"], cols["data"]
 
     # -- one call -----------------------------------------------------------------------------------
-    def _process_frame(self, pdf: Any, tv: Any) -> list:
+    def _process_columns(self, cols: dict | None, tv: Any) -> list:
         pt, wm = self.times(tv)
         now = self.now(pt, wm)
         seen = max(wm, 0) if self.plan.has_watermark else -1  # the watermark a GroupState shows
         out: list = []
         refused: list = []
-        cols = None
-        if pdf is not None:
+        rows = None
+        if cols is not None:
             if self.func.emit:
-                pdf, refused, owners = self._refuse(pdf, seen)
-            if len(pdf):
-                cols = self._columns(pdf)
+                refused, owners = self._refuse(cols, seen)
+            if len(cols["t"]):
+                rows = self._numbered(cols)
         store = self.store
         d = store.load_dir()
-        keys, hashes, r_pos, r_t, r_last, r_data = cols or ([], [], np.zeros(0, np.int64), np.zeros(0, np.int64),
+        keys, hashes, r_pos, r_t, r_last, r_data = rows or ([], [], np.zeros(0, np.int64), np.zeros(0, np.int64),
                                                              np.zeros(0, bool), [])
         lids, due, touched = store.touch(d, hashes, now)
         entries = [touched[lid].get(k) for k, lid in zip(keys, lids)]
@@ -217,23 +267,19 @@ class SessionProcessor(BucketProcessor):
 
     # -- the transformWithState callbacks ---------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        import pandas as pd
-
         with gc_paused():
             frames = [f for f in rows if len(f)]
-            pdf = None
-            if frames:
-                pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-                if not (self.columnar and self._readable(pdf)):  # the per-key loop reads it
-                    groups, hashes = self.input.group(iter(frames))
-                    return iter(self.process(groups, hashes, timerValues))
-            return iter(self._process_frame(pdf, timerValues))
+            cols = self._read(frames) if frames and self.columnar else None
+            if frames and cols is None and (not self.packed or self.input.packed_tables(frames)):
+                groups, hashes = self.input.group(iter(frames))  # the per-key loop reads it
+                return iter(self.process(groups, hashes, timerValues))
+            return iter(self._process_columns(cols, timerValues))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         if not self.columnar:
             return super().handleExpiredTimer(key, timerValues, expiredTimerInfo)
         with gc_paused():
-            return iter(self._process_frame(None, timerValues))
+            return iter(self._process_columns(None, timerValues))
 
 
 def _pending(stored: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:

@@ -26,8 +26,7 @@ from ..durations import Duration, positive_ms, to_ms
 from ..errors import ConfigError
 from ..group_state import GroupStateTimeout
 from ..engines import Engine
-from ..engines.base import WATERMARK_DELAY_KEY
-from ..engines.base import has_watermark
+from ..engines.base import NULL_WATERMARK_COLUMN, WATERMARK_DELAY_KEY, has_watermark
 from ..operators import flat_map_groups_with_state
 from .checks import check_column, require_dataframe
 from .sessionizer import LATE_PREFIX, OpenSession, Sessionizer, TimeMode, iso_ms
@@ -43,7 +42,7 @@ REJECTED = "rejected"
 # Internal columns of the operator's input.
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
-_WATERMARK = "_sparkstate_watermark"
+_WATERMARK = NULL_WATERMARK_COLUMN
 #: Metadata of sessionize's ``event_time_column``: how far (ms) it lies after ``session_end``.
 END_OFFSET_KEY = "sparkstate.sessionEndOffsetMs"
 

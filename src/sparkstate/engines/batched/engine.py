@@ -16,7 +16,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 from ...errors import ConfigError, StateSchemaError
 from ...group_state import initial_timeout
 from ..call_context import operator_options
-from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, has_watermark,
+from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, drops_late_rows,
                     initial_key_column)
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
@@ -193,11 +193,12 @@ class BatchedEngine(Engine):
         if processor_class is BucketProcessor:  # a group function may bring a columnar processor of its own
             processor_class = getattr(plan.func, "_sparkstate_processor", None) or processor_class
         bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
-        if not self.pack or (df.isStreaming and has_watermark(df)):
+        if not self.pack or (df.isStreaming and drops_late_rows(df)):
             # Spark drops input rows behind the watermark inside the stateful operator, by the
             # column that carries it; packed rows would hide that column. So an event-time
             # input goes in row by row (pandas), and Spark's late-row rule stays exactly its own.
-            # (Likewise with pack=False.)
+            # (Likewise with pack=False.) An input whose only watermark column is always null
+            # (sessionize late="emit") loses no row to Spark: it is packed.
             # longs travel as strings: pandas would turn a long column with a null into float64
             values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
                       else F.col(f"`{f.name}`") for f in df.schema.fields]
