@@ -168,15 +168,18 @@ def _tws_sessions(ctx: Context, df: DataFrame) -> DataFrame:
         raw.TwsSessionizer(w.gap_ms), SESSION_OUTPUT, "Append", "EventTime")
 
 
-def _sparkstate_sessions(engine: Any) -> Callable:
+def _sparkstate_sessions(engine: Any, emit: bool = False) -> Callable:
     from sparkstate.pipelines import sessionize
 
     def build(ctx: Context, df: DataFrame) -> DataFrame:
         w = ctx.workload
         extra = {} if engine is None else {"engine": engine}
-        return sessionize(df, key="user_id", timestamp="event_time", gap=timedelta(milliseconds=w.gap_ms),
-                          last_flag="is_last", time_mode="event", watermark=timedelta(milliseconds=w.watermark_ms),
-                          data="data", **extra)
+        if emit:
+            extra["late"] = "emit"
+        out = sessionize(df, key="user_id", timestamp="event_time", gap=timedelta(milliseconds=w.gap_ms),
+                         last_flag="is_last", time_mode="event", watermark=timedelta(milliseconds=w.watermark_ms),
+                         data="data", **extra)
+        return out.where(F.col("rejected").isNull()).drop("rejected") if emit else out
 
     return build
 
@@ -246,6 +249,10 @@ def contenders(workload: str) -> list[Contender]:
                 found.append(Contender(f"sparkstate-{name}", "sessions", "sparkstate",
                                        f'sparkstate.pipelines.sessionize(..., engine="{name}")',
                                        _sparkstate_sessions(name), "append"))
+            found.append(Contender("sparkstate-emit", "sessions", "sparkstate",
+                                   "sessionize(late=\"emit\") as `sparkstate run` runs it (late rows out with a"
+                                   " reason; the input packed), its sessions", _sparkstate_sessions(None, emit=True),
+                                   "append", by_default=False))
             if per_key_engine is not None:
                 found.append(Contender("sparkstate-perkey", "sessions", "sparkstate",
                                        "sessionize on the batched engine's per-key loop (before the columnar"
