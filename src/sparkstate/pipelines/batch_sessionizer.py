@@ -11,10 +11,13 @@ the rest become its new state. Leaves, directory, timers, state type
 (:class:`~.sessionizer.OpenSession`), timeouts and output rows are the per-key path's, exactly,
 so a checkpoint written by either goes on under the other.
 
-It runs where the per-key sessionizer would run sessionize's default shape (event time on a
-stream, late rows dropped by Spark: ``Sessionizer.columnar``) and the bucket's input is what
-that shape sends (naive UTC timestamps without nulls, boolean flags); any other call goes
-through the per-key loop (:class:`~sparkstate.engines.batched.processor.BucketProcessor`).
+It runs event-time sessionize on a stream, in every shape (``late="drop"`` or ``"emit"``,
+``carry``, ``emit_on_last``, ``event_time_column``; the Sessionizer names it as its
+``_sparkstate_processor``), on packed input or row by row. The rows ``late="emit"`` refuses are
+few; they go through the Sessionizer's own ``_refused``/``_rejected``. A call whose input it does
+not read as columns (timestamps in a session time zone other than UTC, row by row) goes through
+the per-key loop (:class:`~sparkstate.engines.batched.processor.BucketProcessor`), which reads and
+writes the same leaves.
 """
 
 from __future__ import annotations
