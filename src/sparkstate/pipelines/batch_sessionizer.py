@@ -30,7 +30,6 @@ import numpy as np
 
 from ..engines.batched.grouping import gc_paused
 from ..engines.batched.processor import BucketProcessor
-from ..group_state import due_keys
 from .sessionizer import OpenSession
 
 #: OpenSession's fields, in the order its state columns hold them.
@@ -198,13 +197,11 @@ class SessionProcessor(BucketProcessor):
                                                              np.zeros(0, bool), [])
         lids, due, touched = store.touch(d, hashes, now)
         entries = [touched[lid].get(k) for k, lid in zip(keys, lids)]
-        if due:
-            pending = ((k, e[1], (lid, e)) for lid in due for k, e in touched[lid].items())
-            for k, (lid, e) in due_keys(pending, now, set(keys)):
-                keys.append(k)
-                hashes.append(e[2])
-                lids.append(lid)
-                entries.append(e)
+        for k, h, lid, e in store.timed_out(touched, due, now, set(keys)):
+            keys.append(k)
+            hashes.append(h)
+            lids.append(lid)
+            entries.append(e)
         if keys:
             stored = [None if e is None else e[0] for e in entries]
             p_pos, p_t, p_last, p_data = _pending(stored)

@@ -14,7 +14,7 @@ import pickle
 from typing import Any
 
 from ...errors import StateSchemaError
-from ...group_state import is_due, timer_for
+from ...group_state import due_keys, is_due, timer_for
 from ..base import PICKLE_PROTOCOL
 from ..state_fields import relay
 from .layout import DIR_SCHEMA, DIR_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, Directory, \
@@ -110,6 +110,14 @@ class BucketStore:
             if cols is not None:
                 e[0] = tuple(None if i is None else cols[i] for i in idx)
         return entries
+
+    @staticmethod
+    def timed_out(touched: dict, due: list[int], now: int, with_rows: Any) -> list[tuple]:
+        """The keys of the ``due`` leaves whose timeout is due and that have no new rows
+        (``with_rows``), as :func:`~sparkstate.group_state.due_keys` orders them: ``(key, hash,
+        leaf id, entry)`` each."""
+        pending = ((k, e[1], (lid, e)) for lid in due for k, e in touched[lid].items())
+        return [(k, e[2], lid, e) for k, (lid, e) in due_keys(pending, now, with_rows)]
 
     # -- writing ----------------------------------------------------------------------------------
     def commit(self, d: Directory, touched: dict[int, dict], now: int) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ...batch_state import NO_ENTRY, BatchRules
-from ...group_state import due_keys
 from .engine import BatchedEngine
 from .grouping import gc_paused, key_cuts
 from .processor import BucketProcessor
@@ -107,13 +106,11 @@ class VectorProcessor(BucketProcessor):
         lids, due, touched = store.touch(d, hashes, now)
         entries = [touched[lid].get(k, NO_ENTRY) for k, lid in zip(keys, lids)]
         n_input = len(keys)
-        if due:
-            pending = ((k, e[1], (lid, e)) for lid in due for k, e in touched[lid].items())
-            for k, (lid, e) in due_keys(pending, now, set(keys)):
-                keys.append(k)
-                hashes.append(e[2])
-                lids.append(lid)
-                entries.append(e)
+        for k, h, lid, e in store.timed_out(touched, due, now, set(keys)):
+            keys.append(k)
+            hashes.append(h)
+            lids.append(lid)
+            entries.append(e)
         out: list = []
         if keys:
             out = self._call_batch(table, keys, hashes, lids, entries, n_input, touched, pt, wm, index, arrays)
