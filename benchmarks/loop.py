@@ -278,6 +278,42 @@ def make_batches(workload: str, keys: int, batches: int, events_per_key: int, se
     return out
 
 
+# -- two processors side by side (loop_vectorized, loop_sessions) --------------------------------
+
+def side_by_side(data: list, contenders: dict, keys: int, repeats: int, rows: Callable,
+                 pick: Callable = statistics.median) -> tuple[dict, dict]:
+    """For each ``name -> (make, call)``: this thread's CPU microseconds per key and batch of
+    ``call(processor, batch)`` over ``data`` (batch 0 left out, ``pick`` of the rest, including the
+    collection the call's objects set off), median of ``repeats`` fresh processors; and the
+    outputs of the last pass, each batch's through ``rows``."""
+    per_key: dict = {}
+    outputs: dict = {}
+    for name, (make, call) in contenders.items():
+        passes = []
+        for _ in range(repeats):
+            proc, times, outs = make(), [], []
+            for b in data:
+                t0 = cpu()
+                out = call(proc, b)
+                [object() for _ in range(1000)]  # the collection the call's objects set off
+                times.append(cpu() - t0)
+                outs.append(rows(out))
+            passes.append(pick(times[1:]) / keys * 1e6)
+        per_key[name] = round(statistics.median(passes), 2)
+        outputs[name] = outs
+    return per_key, outputs
+
+
+def side_by_side_args(prog: str, doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line of a side-by-side benchmark: the bucket's keys, batches, events, passes."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    p.add_argument("--keys", type=int, default=25_000)
+    p.add_argument("--batches", type=int, default=5)
+    p.add_argument("--events-per-key", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    return p.parse_args(argv)
+
+
 # -- one pass -------------------------------------------------------------------------------------
 
 #: Phases are timed in this thread's CPU time: on a shared machine the wall clock also counts

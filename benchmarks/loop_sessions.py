@@ -16,9 +16,6 @@ compared: a difference is an error.
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
 from typing import Any
 
 import pandas as pd
@@ -30,7 +27,6 @@ from sparkstate.pipelines.batch_sessionizer import SessionProcessor
 
 from . import loop
 
-cpu = time.thread_time
 
 
 def _processor(cls: type) -> Any:
@@ -50,23 +46,15 @@ def _rows(frames: list) -> list:
     return sorted(out)
 
 
+def _call(proc: Any, b: Any) -> list:
+    return list(proc.handleInputRows((0,), iter(b.frames), loop.Times(b.pt, b.wm)))
+
+
 def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: int = 3) -> dict:
     data = loop.make_batches("sessions", keys, batches, events_per_key)
-    per_key: dict = {}
-    outputs: dict = {}
-    for name, cls in (("columnar", SessionProcessor), ("per-key", BucketProcessor)):
-        passes = []
-        for _ in range(repeats):
-            proc, times, outs = _processor(cls), [], []
-            for b in data:
-                t0 = cpu()
-                out = list(proc.handleInputRows((0,), iter(b.frames), loop.Times(b.pt, b.wm)))
-                [object() for _ in range(1000)]  # the collection the call's objects set off
-                times.append(cpu() - t0)
-                outs.append(_rows(out))
-            passes.append(statistics.median(times[1:]) / keys * 1e6)
-        per_key[name] = round(statistics.median(passes), 2)
-        outputs[name] = outs
+    contenders = {name: (lambda cls=cls: _processor(cls), _call)
+                  for name, cls in (("columnar", SessionProcessor), ("per-key", BucketProcessor))}
+    per_key, outputs = loop.side_by_side(data, contenders, keys, repeats, _rows)
     if outputs["columnar"] != outputs["per-key"]:
         raise AssertionError("the columnar sessionizer's outputs differ from the per-key loop's")
     return {"keys": keys, "batches": batches, "events_per_key": events_per_key, "per_key_us": per_key,
@@ -74,18 +62,12 @@ def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.loop_sessions", description=__doc__.split("\n\n")[0])
-    p.add_argument("--keys", type=int, default=25_000)
-    p.add_argument("--batches", type=int, default=5)
-    p.add_argument("--events-per-key", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=3)
-    a = p.parse_args(argv)
+    a = loop.side_by_side_args("python -m benchmarks.loop_sessions", __doc__, argv)
     r = run(a.keys, a.batches, a.events_per_key, a.repeats)
     print(f"{r['keys']} keys in the bucket, {r['events_per_key']} events/key/batch, CPU us per key and batch:"
           f" columnar {r['per_key_us']['columnar']}, per-key {r['per_key_us']['per-key']}"
           f" ({r['sessions']} sessions, outputs equal; load {r['load']})")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

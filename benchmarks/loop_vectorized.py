@@ -15,9 +15,7 @@ batch's outputs of the two processors are compared: a difference is an error.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import time
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -30,7 +28,6 @@ from sparkstate.engines.batched.vectorized import VectorProcessor
 from . import loop
 from .contenders import count_per_batch
 
-cpu = time.thread_time
 
 
 def _batched() -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
@@ -61,21 +58,8 @@ def _rows(frames: Any) -> list:
 
 def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: int = 3) -> dict:
     data = loop.make_batches("count", keys, batches, events_per_key)
-    per_key: dict = {}
-    outputs: dict = {}
-    for name, (make, call) in (("batched", _batched()), ("vectorized", _vectorized())):
-        passes = []
-        for _ in range(repeats):
-            proc, times, outs = make(), [], []
-            for b in data:
-                t0 = cpu()
-                out = call(proc, b)
-                [object() for _ in range(1000)]  # the collection the call's garbage sets off
-                times.append(cpu() - t0)
-                outs.append(_rows(out))
-            passes.append(statistics.mean(times[1:]) / keys * 1e6)
-        per_key[name] = round(statistics.median(passes), 2)
-        outputs[name] = outs
+    per_key, outputs = loop.side_by_side(data, {"batched": _batched(), "vectorized": _vectorized()}, keys, repeats,
+                                         _rows, pick=statistics.mean)
     if outputs["batched"] != outputs["vectorized"]:
         raise AssertionError("the vectorized processor's outputs differ from the per-key processor's")
     return {"keys": keys, "batches": batches, "events_per_key": events_per_key, "per_key_us": per_key,
@@ -83,18 +67,12 @@ def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.loop_vectorized", description=__doc__.split("\n\n")[0])
-    p.add_argument("--keys", type=int, default=25_000)
-    p.add_argument("--batches", type=int, default=5)
-    p.add_argument("--events-per-key", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=3)
-    a = p.parse_args(argv)
+    a = loop.side_by_side_args("python -m benchmarks.loop_vectorized", __doc__, argv)
     r = run(a.keys, a.batches, a.events_per_key, a.repeats)
     print(f"{r['keys']} keys in the bucket, {r['events_per_key']} events/key/batch, CPU us per key and batch:"
           f" batched {r['per_key_us']['batched']}, vectorized {r['per_key_us']['vectorized']}"
           f" (outputs equal; load {r['load']})")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
