@@ -87,9 +87,7 @@ class SessionProcessor(BucketProcessor):
         func = self.plan.func
         self.func = func
         self.gap_ms = func.gap_ms
-        names = list(self.value_schema.names)
         self.key_at = self.input.key_pos[0]
-        self.key_name = names[self.key_at]
         # the Sessionizer's rows: (key, timestamp, data, last_flag), then with emit the reason
         self.ts_at, self.data_at, self.last_at, self.reason_at = 1, 2, 3, 4
         utc = self.tz.upper() in ("UTC", "Z", "GMT", "ETC/UTC")
@@ -270,7 +268,7 @@ class SessionProcessor(BucketProcessor):
         with gc_paused():
             frames = [f for f in rows if len(f)]
             cols = self._read(frames) if frames and self.columnar else None
-            if frames and cols is None and (not self.packed or self.input.packed_tables(frames)):
+            if frames and cols is None:
                 groups, hashes = self.input.group(iter(frames))  # the per-key loop reads it
                 return iter(self.process(groups, hashes, timerValues))
             return iter(self._process_columns(cols, timerValues))
