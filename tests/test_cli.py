@@ -123,7 +123,8 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
         "time", "query", "query_name", "run_id", "batch_id", "rows_in", "input_rows_per_s",
         "processed_rows_per_s", "batch_duration_ms", "state_rows", "state_rows_updated", "state_rows_removed",
         "state_memory_bytes", "timers_expired", "rows_out", "timed_out", "dead_letters", "dead_letters_total",
-        "watermark", "late", "rows_dropped_by_watermark", "backlog",
+        "watermark", "late", "rows_dropped_by_watermark", "backlog", "state_point_reads", "state_bytes_scanned",
+        "state_reads",
     }
     assert sum(m["rows_in"] for m in output) == 302
     assert sum(m["dead_letters"] for m in output) == 2 and lines[-1]["dead_letters_total"] == 2

@@ -53,6 +53,8 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     assert f"keys: {len(expected_keys)} ({len(expected_keys)} with a pending timeout)" in stats
     assert "time mode EventTime" in stats and "partition 0:" in stats
     assert "layout: batched engine, version 1, 2 state partitions, buckets 8" in stats  # 2 partitions: 8
+    # five users hold a leaf or two per bucket: too few for a scan to pay, every read is by key
+    assert " buckets, " in stats and "every bucket has fewer than 8 leaves and is read leaf by leaf" in stats
 
     assert main(["state", "export", str(ck), str(tmp_path / "state.parquet")]) == 0
     assert f"exported the state of {len(expected_keys)} keys" in capsys.readouterr().out
@@ -61,6 +63,8 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     assert main(["report", str(metrics), "--out", str(tmp_path / "report")]) == 0
     summary = capsys.readouterr().out
     assert f"rows in: {len(events)}" in summary
+    with_data = sum(1 for line in metrics.read_text().splitlines() if json.loads(line)["rows_in"])
+    assert f"state reads (batches with data): 0 by scan, {with_data} by key only, 0 read nothing" in summary
     for name in ("throughput.png", "batch_duration.png", "state_size.png"):
         png = tmp_path / "report" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

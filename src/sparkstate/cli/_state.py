@@ -120,6 +120,8 @@ def _stats(args: argparse.Namespace) -> int:
     settings = "".join(f", {k} {v}" for k, v in sorted(st.layout_settings.items()))
     print(f"layout: {op.get('engine')} engine, version {op.get('layout')}, {len(st.partitions)} state partitions{settings}")
     print(f"keys: {st.keys} ({st.keys_with_timeout} with a pending timeout), {st.bytes_on_disk} bytes on disk")
+    if st.reads:
+        print(_reads_line(st.reads))
     print(f"committed batches: {len(st.committed_batches)}"
           + (f" ({st.committed_batches[0]}..{st.committed_batches[-1]})" if st.committed_batches else ""))
     for p in st.partitions:
@@ -127,6 +129,23 @@ def _stats(args: argparse.Namespace) -> int:
     for b, n in sorted(st.keys_per_batch.items()):
         print(f"  after batch {b}: {n} keys")
     return 0
+
+
+def _reads_line(r: dict[str, Any]) -> str:
+    """``state stats``' line on how batches read a batched engine's state.
+
+    >>> print(_reads_line({"buckets": 8, "leaves": 480, "keys_per_leaf": 41.7, "scan_from_keys_per_bucket": 41,
+    ...                    "scan_from_keys_per_batch": 328, "buckets_read_by_key_only": 0}))
+    reads: 480 leaves in 8 buckets, 41.7 keys per leaf; a bucket is read in one scan when a batch touches about 41 of its keys or more (about 328 keys per batch, spread over the buckets), else leaf by leaf
+    """
+    line = f"reads: {r['leaves']} leaves in {r['buckets']} buckets, {r['keys_per_leaf']} keys per leaf; "
+    if r["scan_from_keys_per_bucket"] is None:
+        return line + "every bucket has fewer than 8 leaves and is read leaf by leaf"
+    line += (f"a bucket is read in one scan when a batch touches about {r['scan_from_keys_per_bucket']} of its keys or"
+             f" more (about {r['scan_from_keys_per_batch']} keys per batch, spread over the buckets), else leaf by leaf")
+    if r["buckets_read_by_key_only"]:
+        line += f"; {r['buckets_read_by_key_only']} buckets with fewer than 8 leaves are always read leaf by leaf"
+    return line
 
 
 def _export(args: argparse.Namespace) -> int:

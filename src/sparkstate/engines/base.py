@@ -151,6 +151,11 @@ class StoredLayout(abc.ABC):
         ``{"buckets": N}``), for :meth:`Engine.for_checkpoint` and ``state stats``."""
         return {}
 
+    def reads(self) -> dict[str, Any]:
+        """How batches read this state, for ``state stats`` (the batched engine:
+        :func:`~sparkstate.engines.batched.layout.read_plan`); empty when every key is read by key."""
+        return {}
+
     def restart_refusal(self) -> str | None:
         """Why a query of this release cannot run on this state (an older layout), with the way
         out; ``None`` when it can."""

@@ -32,6 +32,13 @@ field                        from
                              Kafka: offsets, summed over partitions); ``None`` for sources that
                              do not report their latest offset (files, socket). A job that keeps
                              up has a backlog near 0; one that falls behind, a growing one
+``state_point_reads``        the operators' custom metric ``rocksdbGetCount``: state rows read
+                             by key (RocksDB state store only, else ``None``)
+``state_bytes_scanned``      ``rocksdbTotalBytesReadThroughIterator``: state bytes read by scans
+``state_reads``              how the batch read its state, from the two above: ``"scan"`` when it
+                             scanned (the batched engine reads a bucket's leaves in one scan
+                             when the batch touches at least half of them), ``"point"`` when it
+                             read rows by key only, ``"none"`` when it read nothing
 ===========================  ================================================================
 
 Measured on PySpark 4.3: ``numExpiredTimers`` stays 0 for Python stateful processors even when
@@ -108,6 +115,9 @@ class BatchMetrics:
     late: int | None = None
     rows_dropped_by_watermark: int | None = None
     backlog: int | None = None
+    state_point_reads: int | None = None
+    state_bytes_scanned: int | None = None
+    state_reads: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-ready values.
@@ -162,6 +172,25 @@ def _offset_total(offset: Any) -> int | None:
     return None
 
 
+def _custom_sum(custom: list[Mapping[str, Any]], key: str) -> int | None:
+    values = [c[key] for c in custom if isinstance(c.get(key), int) and not isinstance(c.get(key), bool)]
+    return sum(values) if values else None
+
+
+def read_path(point_reads: int | None, bytes_scanned: int | None) -> str | None:
+    """How a batch read its state: ``"scan"``, ``"point"`` (by key only), ``"none"``, or ``None``
+    when the state store reports neither number (a store other than RocksDB).
+
+    >>> read_path(12, 74_000), read_path(50, 0), read_path(0, 0), read_path(None, None)
+    ('scan', 'point', 'none', None)
+    """
+    if point_reads is None and bytes_scanned is None:
+        return None
+    if bytes_scanned:
+        return "scan"
+    return "point" if point_reads else "none"
+
+
 def backlog(progress: Mapping[str, Any]) -> int | None:
     """Records the sources held beyond the batch's end offsets (the largest over the sources: a job
     reads its one source twice, for its records and its dead letters).
@@ -197,6 +226,8 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
     ops = [op for op in (progress.get("stateOperators") or []) if isinstance(op, Mapping)]
     custom = [op.get("customMetrics") or {} for op in ops]
     expired = [c["numExpiredTimers"] for c in custom if isinstance(c.get("numExpiredTimers"), int)]
+    point_reads = _custom_sum(custom, "rocksdbGetCount")
+    scanned = _custom_sum(custom, "rocksdbTotalBytesReadThroughIterator")
     rows_out = _observed(progress, OUTPUT_OBSERVATION, "rows")
     if rows_out is None:
         sink_rows = (progress.get("sink") or {}).get("numOutputRows")
@@ -238,6 +269,9 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
         late=_observed(progress, OUTPUT_OBSERVATION, "late"),
         rows_dropped_by_watermark=_sum(ops, "numRowsDroppedByWatermark"),
         backlog=backlog(progress),
+        state_point_reads=point_reads,
+        state_bytes_scanned=scanned,
+        state_reads=read_path(point_reads, scanned),
     )
 
 
@@ -265,6 +299,10 @@ class RunTotals:
     watermark: str | None = None
     late: int | None = None
     backlog: int | None = None
+    #: the last batch's ``state_reads`` and its two numbers
+    state_reads: str | None = None
+    state_point_reads: int | None = None
+    state_bytes_scanned: int | None = None
 
     def add(self, m: BatchMetrics) -> "RunTotals":
         """The totals after batch ``m`` (of either query of the job)."""
@@ -290,6 +328,9 @@ class RunTotals:
             last_batch_ms=m.batch_duration_ms,
             watermark=m.watermark or self.watermark,
             backlog=m.backlog,
+            state_reads=m.state_reads,
+            state_point_reads=m.state_point_reads,
+            state_bytes_scanned=m.state_bytes_scanned,
         )
 
 
@@ -302,5 +343,6 @@ __all__ = [
     "RunTotals",
     "backlog",
     "batch_metrics",
+    "read_path",
     "redact",
 ]

@@ -50,6 +50,21 @@ def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def _reads(t: RunTotals) -> str:
+    """The last batch's state reads in words.
+
+    >>> _reads(RunTotals(state_reads="scan", state_point_reads=553, state_bytes_scanned=741_897))
+    'scan (724.5 KiB scanned, 553 rows by key)'
+    >>> _reads(RunTotals(state_reads="point", state_point_reads=50, state_bytes_scanned=0))
+    'key (50 rows)'
+    """
+    if t.state_reads == "scan":
+        return f"scan ({human_bytes(t.state_bytes_scanned)} scanned, {_count(t.state_point_reads)} rows by key)"
+    if t.state_reads == "point":
+        return f"key ({_count(t.state_point_reads)} rows)"
+    return "nothing read"
+
+
 class ProgressDisplay:
     """Shows a job's :class:`~sparkstate.observe.metrics.RunTotals` as they change.
 
@@ -105,6 +120,8 @@ class ProgressDisplay:
         ]
         if t.backlog is not None:
             parts.append(f"{t.backlog:,} behind")
+        if t.state_reads is not None:
+            parts.append(f"state read by {_reads(t)}")
         if t.watermark:
             parts.append(f"watermark {t.watermark}")
         return " | ".join(parts)
@@ -128,6 +145,8 @@ class ProgressDisplay:
         table.add_row("last batch", "-" if t.last_batch_ms is None else f"{t.last_batch_ms:,} ms")
         table.add_row("state rows", _count(t.state_rows))
         table.add_row("state memory", human_bytes(t.state_memory_bytes))
+        if t.state_reads is not None:
+            table.add_row("state reads (last batch)", _reads(t))
         table.add_row(self.output_label, _count(t.rows_out))
         if t.timed_out is not None:
             table.add_row("  closed by timeout", f"{t.timed_out:,}")

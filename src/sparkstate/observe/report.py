@@ -116,6 +116,10 @@ def write_report(metrics: str | os.PathLike, out_dir: str | os.PathLike) -> Repo
         lines.append(f"processed rows/s (batches with data): median {statistics.median(rates):.0f}, max {max(rates):.0f}")
     if states:
         lines.append(f"state store rows: first {states[0]}, last {states[-1]}, max {max(states)}")
+    reads = [r.get("state_reads") for r in with_data if r.get("state_reads")]
+    if reads:
+        lines.append(f"state reads (batches with data): {reads.count('scan')} by scan, {reads.count('point')} by key only,"
+                     f" {reads.count('none')} read nothing")
     summary = "\n".join(lines) + "\n"
     summary_path = out / "summary.txt"
     summary_path.write_text(summary)

@@ -112,6 +112,9 @@ class StateStats:
     keys_per_batch: dict[int, int]
     #: settings the engine's layout fixed when the checkpoint was created (batched: ``buckets``)
     layout_settings: dict[str, Any] = field(default_factory=dict)
+    #: how batches read the state (:meth:`~sparkstate.engines.base.StoredLayout.reads`; the batched
+    #: engine: leaves, keys per leaf, and the batch size from which a bucket is read in one scan)
+    reads: dict[str, Any] = field(default_factory=dict)
 
 
 def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: int = 5) -> StateStats:
@@ -138,5 +141,5 @@ def stats(spark: "SparkSession", checkpoint: str | os.PathLike, last_batches: in
     return StateStats(
         checkpoint=str(checkpoint), operator=op, keys=sum(per_part.values()), keys_with_timeout=with_timeout,
         bytes_on_disk=fs.total_bytes(state_dir, spark), partitions=parts, committed_batches=commits,
-        keys_per_batch=per_batch, layout_settings=stored.settings(),
+        keys_per_batch=per_batch, layout_settings=stored.settings(), reads=stored.reads(),
     )

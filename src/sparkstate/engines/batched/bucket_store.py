@@ -10,6 +10,7 @@ moved to the earliest pending timeout, and the directory is written when it chan
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
@@ -18,8 +19,12 @@ from ...group_state import due_keys, is_due, timer_for
 from ..base import PICKLE_PROTOCOL
 from ..state_fields import relay
 from .layout import DIR_SCHEMA, DIR_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, Directory, \
-    min_timeout, place_keys, split_leaf
+    min_timeout, place_keys, scans, split_leaf
 from .wire import LeafIO
+
+#: For measuring the read choice (benchmarks only): ``scan`` or ``key`` forces one way of reading
+#: leaves in every call (set on the executors, e.g. ``spark.executorEnv.SPARKSTATE_FORCE_READS``)
+FORCED_READS = os.environ.get("SPARKSTATE_FORCE_READS") or None
 
 
 class BucketStore:
@@ -83,7 +88,9 @@ class BucketStore:
         stored = [lid for lid in need if d.leaves[lid][0]]
         out = {lid: {} for lid in need if not d.leaves[lid][0]}
         blobs = self._blobs = {}
-        if len(stored) >= 8 and len(stored) * 2 >= sum(1 for c, _ in d.leaves.values() if c):
+        scan = scans(len(stored), sum(1 for c, _ in d.leaves.values() if c)) if FORCED_READS is None \
+            else FORCED_READS == "scan"
+        if scan:
             for (lid,), (blob,) in self.leaf_state.iterator():
                 if lid in need:
                     blobs[lid] = blob

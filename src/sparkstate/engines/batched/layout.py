@@ -176,6 +176,58 @@ class Directory:
         return min((m for _, m in self.leaves.values() if m is not None), default=None)
 
 
+#: a call reads its bucket's stored leaves in one scan when it needs at least this many of them
+#: and at least half; else it reads them by leaf id, in windows (:class:`.wire.LeafIO`)
+SCAN_MIN_LEAVES = 8
+
+
+def scans(needed: int, stored: int) -> bool:
+    """Whether a call that needs ``needed`` of its bucket's ``stored`` leaves (those holding
+    keys) reads them in one scan of the bucket rather than leaf by leaf.
+
+    >>> scans(30, 60), scans(29, 60), scans(7, 7), scans(8, 16)
+    (True, False, False, True)
+    """
+    return needed >= SCAN_MIN_LEAVES and needed * 2 >= stored
+
+
+def keys_to_scan(stored: int) -> float | None:
+    """About how many of a bucket's keys a batch touches before it reads the bucket in one scan,
+    for keys spread evenly over its ``stored`` leaves (``None``: never, too few leaves).
+
+    >>> keys_to_scan(7), round(keys_to_scan(60)), round(keys_to_scan(8))
+    (None, 41, 22)
+    """
+    import math
+
+    if stored < SCAN_MIN_LEAVES:
+        return None
+    want = max(SCAN_MIN_LEAVES, math.ceil(stored / 2))
+    if want >= stored:  # every leaf: the coupon collector's expected draws
+        return stored * sum(1 / i for i in range(1, stored + 1))
+    return math.log(1 - want / stored) / math.log(1 - 1 / stored)
+
+
+def read_plan(dirs: dict[int, "Directory"]) -> dict[str, Any]:
+    """How batches read these buckets (``state stats``): leaves and keys, and the batch size from
+    which a bucket is read in one scan (:func:`scans`) rather than leaf by leaf."""
+    import statistics
+
+    leaves = [sum(1 for c, _ in d.leaves.values() if c) for d in dirs.values()]
+    keys = sum(c for d in dirs.values() for c, _ in d.leaves.values())
+    cut = [keys_to_scan(n) for n in leaves]
+    scannable = [k for k in cut if k is not None]
+    return {
+        "buckets": len(dirs),
+        "leaves": sum(leaves),
+        "keys_per_leaf": round(keys / sum(leaves), 1) if sum(leaves) else 0.0,
+        "scan_from_keys_per_bucket": round(statistics.median(scannable)) if scannable else None,
+        # a batch's keys spread evenly over the buckets: from here the median bucket is scanned
+        "scan_from_keys_per_batch": round(statistics.median(scannable) * len(dirs)) if scannable else None,
+        "buckets_read_by_key_only": len(cut) - len(scannable),
+    }
+
+
 def build_leaves(entries: dict, max_rows: int) -> dict[int, dict]:
     """The leaves of a bucket holding ``entries`` (key -> [cols, timeout, hash]), from scratch."""
     return split_leaf(1, entries, max_rows)
@@ -210,6 +262,9 @@ class Layout1(StoredLayout):
             raise StateSchemaError(f"batched engine: the state's buckets record different counts {counts};"
                                    " the checkpoint is damaged")
         return {"buckets": counts[0]} if counts else {}
+
+    def reads(self) -> dict[str, Any]:
+        return read_plan(self._directories(None))
 
     @staticmethod
     def _schemas(dirs: dict[int, Directory]) -> tuple[StructType, StructType]:
