@@ -169,12 +169,18 @@ def steady_rate(batches: list[dict]) -> tuple[float | None, int]:
 
 def _state_ops(p: dict) -> dict:
     """A batch's state-store figures, summed over its stateful operators (when it has any): the
-    commit time and the rows written, which tell a batch's state cost from the rest."""
+    commit time and the rows written, which tell a batch's state cost from the rest, and how
+    the batch read its state (scan or by key)."""
     ops = p.get("stateOperators") or []
     if not ops:
         return {}
+    from sparkstate.observe.metrics import batch_metrics
+
+    m = batch_metrics(p, "output")  # how it read its state: Spark's RocksDB counters
     return {"commit_ms": sum(op.get("commitTimeMs") or 0 for op in ops),
-            "rows_updated": sum(op.get("numRowsUpdated") or 0 for op in ops)}
+            "rows_updated": sum(op.get("numRowsUpdated") or 0 for op in ops),
+            "state_reads": m.state_reads, "state_point_reads": m.state_point_reads,
+            "state_bytes_scanned": m.state_bytes_scanned}
 
 
 def summarize_batches(progress: list[dict]) -> dict:
