@@ -172,11 +172,6 @@ def _offset_total(offset: Any) -> int | None:
     return None
 
 
-def _custom_sum(custom: list[Mapping[str, Any]], key: str) -> int | None:
-    values = [c[key] for c in custom if isinstance(c.get(key), int) and not isinstance(c.get(key), bool)]
-    return sum(values) if values else None
-
-
 def read_path(point_reads: int | None, bytes_scanned: int | None) -> str | None:
     """How a batch read its state: ``"scan"``, ``"point"`` (by key only), ``"none"``, or ``None``
     when the state store reports neither number (a store other than RocksDB).
@@ -226,8 +221,8 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
     ops = [op for op in (progress.get("stateOperators") or []) if isinstance(op, Mapping)]
     custom = [op.get("customMetrics") or {} for op in ops]
     expired = [c["numExpiredTimers"] for c in custom if isinstance(c.get("numExpiredTimers"), int)]
-    point_reads = _custom_sum(custom, "rocksdbGetCount")
-    scanned = _custom_sum(custom, "rocksdbTotalBytesReadThroughIterator")
+    point_reads = _sum(custom, "rocksdbGetCount")
+    scanned = _sum(custom, "rocksdbTotalBytesReadThroughIterator")
     rows_out = _observed(progress, OUTPUT_OBSERVATION, "rows")
     if rows_out is None:
         sink_rows = (progress.get("sink") or {}).get("numOutputRows")
