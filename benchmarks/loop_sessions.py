@@ -28,7 +28,6 @@ from sparkstate.pipelines.batch_sessionizer import SessionProcessor
 from . import loop
 
 
-
 def _processor(cls: type) -> Any:
     plan, _ = loop.plan_for("sessions")
     schema = StructType(loop.SESSIONS_INPUT.fields + [StructField(HASH_COLUMN, LongType(), True),
@@ -68,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
           f" columnar {r['per_key_us']['columnar']}, per-key {r['per_key_us']['per-key']}"
           f" ({r['sessions']} sessions, outputs equal; load {r['load']})")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -29,7 +29,6 @@ from . import loop
 from .contenders import count_per_batch
 
 
-
 def _batched() -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
     plan, _ = loop.plan_for("count")
 
@@ -73,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
           f" batched {r['per_key_us']['batched']}, vectorized {r['per_key_us']['vectorized']}"
           f" (outputs equal; load {r['load']})")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

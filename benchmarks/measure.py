@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from sparkstate.observe.metrics import batch_metrics
+
 _PROC = Path("/proc")
 
 
@@ -174,8 +176,6 @@ def _state_ops(p: dict) -> dict:
     ops = p.get("stateOperators") or []
     if not ops:
         return {}
-    from sparkstate.observe.metrics import batch_metrics
-
     m = batch_metrics(p, "output")  # how it read its state: Spark's RocksDB counters
     return {"commit_ms": sum(op.get("commitTimeMs") or 0 for op in ops),
             "rows_updated": sum(op.get("numRowsUpdated") or 0 for op in ops),

@@ -88,9 +88,7 @@ class BucketStore:
         stored = [lid for lid in need if d.leaves[lid][0]]
         out = {lid: {} for lid in need if not d.leaves[lid][0]}
         blobs = self._blobs = {}
-        scan = scans(len(stored), sum(1 for c, _ in d.leaves.values() if c)) if FORCED_READS is None \
-            else FORCED_READS == "scan"
-        if scan:
+        if scans(len(stored), d.stored_leaves()) if FORCED_READS is None else FORCED_READS == "scan":
             for (lid,), (blob,) in self.leaf_state.iterator():
                 if lid in need:
                     blobs[lid] = blob

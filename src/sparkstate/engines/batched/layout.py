@@ -175,6 +175,10 @@ class Directory:
     def earliest(self) -> int | None:
         return min((m for _, m in self.leaves.values() if m is not None), default=None)
 
+    def stored_leaves(self) -> int:
+        """Leaves holding keys (an emptied leaf keeps its entry here, with no blob stored)."""
+        return sum(1 for c, _ in self.leaves.values() if c)
+
 
 #: a call reads its bucket's stored leaves in one scan when it needs at least this many of them
 #: and at least half; else it reads them by leaf id, in windows (:class:`.wire.LeafIO`)
@@ -213,14 +217,15 @@ def read_plan(dirs: dict[int, "Directory"]) -> dict[str, Any]:
     which a bucket is read in one scan (:func:`scans`) rather than leaf by leaf."""
     import statistics
 
-    leaves = [sum(1 for c, _ in d.leaves.values() if c) for d in dirs.values()]
+    leaves = [d.stored_leaves() for d in dirs.values()]
+    total = sum(leaves)
     keys = sum(c for d in dirs.values() for c, _ in d.leaves.values())
     cut = [keys_to_scan(n) for n in leaves]
     scannable = [k for k in cut if k is not None]
     return {
         "buckets": len(dirs),
-        "leaves": sum(leaves),
-        "keys_per_leaf": round(keys / sum(leaves), 1) if sum(leaves) else 0.0,
+        "leaves": total,
+        "keys_per_leaf": round(keys / total, 1) if total else 0.0,
         "scan_from_keys_per_bucket": round(statistics.median(scannable)) if scannable else None,
         # a batch's keys spread evenly over the buckets: from here the median bucket is scanned
         "scan_from_keys_per_batch": round(statistics.median(scannable) * len(dirs)) if scannable else None,
