@@ -9,8 +9,11 @@ What ``sparkstate run`` does::
     query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
               foreachBatch: output rows -> the sink, dead letters (malformed + refused) -> the dead-letter sink
     MetricsListener: one JSON line per batch -> config.metrics, on_batch -> display
+    before: a restarted job plans the no-data batch its last run left owed (owed_batch.py), so the
+            timeouts due by the restored watermark (or the clock) fire without waiting for new data
     then: config.once -> wait until caught up; else run until Ctrl-C or a failure
-    finally: the query stops after its running micro-batch has committed
+    finally: the query stops after its running micro-batch, and the no-data batch that one made owed,
+             have committed
 
 One query, because only the stateful operator knows the watermark of a micro-batch, so only
 it can tell a late event, and a query has one sink: :class:`~sparkstate.jobs.tee.JobTee`
@@ -37,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from .. import fs
 from ..durations import positive_ms
-from ..errors import ConfigError, JobFailedError, StateSchemaError
+from ..errors import ConfigError, JobFailedError, SparkStateError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_raw, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
@@ -45,6 +48,7 @@ from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
 from ..session import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
+from ..owed_batch import owed_batch, queue_owed_batch
 from . import connect_runs
 from .config import JobConfig, source_options, with_absolute_paths
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
@@ -60,6 +64,10 @@ log = logging.getLogger("sparkstate.jobs")
 JOB_MARKER = "_sparkstate_job.json"
 
 StoppedBy = Literal["caught_up", "interrupted", "stopped"]
+
+#: Seconds a stop waits for the running micro-batch, and the no-data batch it made owed, to commit
+#: (plus one trigger interval, after which Spark starts that batch); a restart runs what it cut.
+STOP_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -321,14 +329,18 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
 
     With ``config.once`` it returns once the input available at the start (and the timers it
     makes due) is processed; otherwise it runs until Ctrl-C (``KeyboardInterrupt``, which it
-    handles: the running micro-batch commits, then the query stops) or until the query fails
+    handles: the running micro-batch commits, then the no-data batch firing the timeouts its
+    watermark made due, then the query stops; Ctrl-C again stops it at once) or until the query fails
     (:class:`~sparkstate.jobs.control.JobFailedError`, whose message is one line: for a state
     function that raised, its exception and the key). Bad settings, and a checkpoint made by
     another pipeline or holding state that does not fit, raise a
     :class:`~sparkstate.errors.SparkStateError` before anything is written. ``on_batch(metrics,
     totals)`` is called on Spark's listener thread after every batch. Relative local paths are
     taken from this process's directory (:func:`~sparkstate.jobs.config.with_absolute_paths`).
-    Nothing is printed.
+    On a checkpoint whose last run stopped before the no-data batch Spark owed it (Ctrl-C, a
+    crash, an earlier ``once`` run), that batch runs first
+    (:func:`~sparkstate.owed_batch.queue_owed_batch`): the timeouts due by the restored watermark,
+    or by the clock, fire without new input. Nothing is printed.
 
     >>> import sparkstate as ss, tempfile, os
     >>> d = tempfile.mkdtemp()
@@ -356,6 +368,8 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     # Every check passed: from here on things are written.
     tee = _tee(spark, job)
     _write_marker(config, spark)
+    if not job.own_checkpoint:
+        _queue_owed_batch(spark, job.checkpoint, what)
     listener = MetricsListener(config.metrics, on_batch)
     add_listener(spark, listener)
     query = None
@@ -380,7 +394,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     finally:
         try:
             if query is not None:
-                _stop(query, listener)
+                _stop(spark, query, listener, None if job.own_checkpoint else job.checkpoint, job.trigger_ms)
         finally:
             remove_listener(spark, listener)
             listener.close()
@@ -409,9 +423,27 @@ def _worker_not_back(query: Any) -> bool:
     return exc is not None and WORKER_NOT_BACK in str(exc)
 
 
-def _stop(query: Any, listener: MetricsListener) -> None:
-    """Stop after the running micro-batch; let the listener record the last batch before totals are read."""
-    stop_after_current_batch(query)
+def _queue_owed_batch(spark: "SparkSession", checkpoint: str, what: str) -> None:
+    """Plan the no-data batch a stop left owed, so that the timeouts it fires do not wait for new input."""
+    owed = queue_owed_batch(spark, checkpoint)
+    if owed is not None:
+        log.info("%s: batch %d runs first, with no new data: the no-data batch owed since the last run (%s)", what,
+                 owed.batch_id, "its watermark had moved" if owed.because == "watermark" else "processing-time timers")
+
+
+def _stop(spark: "SparkSession", query: Any, listener: MetricsListener, checkpoint: str | None,
+          trigger_ms: int) -> None:
+    """Stop after the running micro-batch and the no-data batch it made owed (it starts within a trigger
+    interval); let the listener record the last batch before totals are read."""
+
+    def owed() -> int | None:
+        try:
+            due = owed_batch(checkpoint, spark, processing_time=False) if checkpoint else None
+        except (OSError, SparkStateError):  # the logs cannot be read from here: a restart runs it
+            return None
+        return None if due is None else due.batch_id
+
+    stop_after_current_batch(query, wait_s=STOP_WAIT_S + trigger_ms / 1000, owed=owed)
     last = query.lastProgress
     listener.wait_for(query, None if last is None else last.batchId, timeout_s=5.0)
 
