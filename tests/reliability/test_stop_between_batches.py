@@ -11,8 +11,9 @@ offset in data batches and ends with the last data batch committed and its no-da
 planned, the checkpoint a kill or a Ctrl-C at that moment leaves (``offsets/N`` and
 ``commits/N``, no ``offsets/N+1``; checked). The second run, on the same checkpoint with no new
 input, must write every session due by the last watermark, once. The Ctrl-C test sends a real
-SIGINT to the CLI at that moment and checks that the owed batch ran before the query stopped.
-Each run is ``sparkstate run`` in this process, on the tests' Spark session (no JVM started).
+SIGINT to the CLI during the data batch and checks that the owed batch ran before the query
+stopped; the kill test SIGKILLs a ``sparkstate run`` process at that moment. Every other run is
+``sparkstate run`` in this process, on the tests' Spark session (no JVM started for it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -32,13 +34,14 @@ from sparkstate.jobs import owed_batch
 from sparkstate.jobs.generate import generate_files
 from sparkstate.owed_batch import NO_DATA_BATCHES
 from sparkstate.synthetic import Session, StreamConfig, reference_sessions, stream_records
-from tests.reliability.crash import Checkpoint
+from tests.reliability.crash import Checkpoint, JobProcess, cli
 
 pytestmark = pytest.mark.reliability
 
 GAP = "1 minute"
 DATA = StreamConfig(users=12, seed=11, events=240, rate=0, malformed_share=0.0)
 EVENT_TIME = ("--time-mode", "event", "--watermark", "0 seconds")
+RUN_TIMEOUT_S = 300.0  # a few seconds on an idle machine, minutes on a crowded one
 
 
 def _no_data_batches(spark, enabled: bool) -> None:
@@ -149,31 +152,31 @@ def test_a_once_run_fires_processing_time_timeouts_the_clock_made_due(spark, tmp
     assert ss.state.keys(spark, str(ck)) == 0
 
 
-def test_ctrl_c_between_a_batch_and_its_no_data_batch_lets_that_batch_run(spark, tmp_path, capsys):
-    """A real SIGINT to ``sparkstate run`` (its Ctrl-C handling) as soon as the data batch committed,
-    before Spark planned the no-data batch; a long trigger keeps that moment open."""
+def test_ctrl_c_during_a_data_batch_lets_the_no_data_batch_it_owes_run_too(spark, tmp_path, capsys):
+    """A real SIGINT to ``sparkstate run`` (its Ctrl-C handling) while the data batch runs. The query stops
+    after that batch and after the no-data batch it made owed, which Spark starts at the next trigger
+    (without the wait, it stopped before it, or cut it when the data batch overran the trigger)."""
     generate_files(tmp_path / "in", DATA, files=1)
     events = [r.event for r in stream_records(DATA) if r.is_valid]
     out, ck = tmp_path / "out", tmp_path / "ck"
     log = Checkpoint(ck)
     landed: dict[str, object] = {}
 
-    def interrupt_between_batches() -> None:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not log.committed(0):
+    def interrupt_in_batch_0() -> None:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline and not log.planned(0):
             time.sleep(0.005)
-        landed["planned_next"] = log.planned(1)
-        landed["at"] = time.monotonic()
+        landed["committed_0"] = log.committed(0)
         os.kill(os.getpid(), signal.SIGINT)
 
-    watcher = threading.Thread(target=interrupt_between_batches, daemon=True)
+    watcher = threading.Thread(target=interrupt_in_batch_0, daemon=True)
     watcher.start()
     try:
-        summary = _run(capsys, ["--source", f"files:{tmp_path / 'in'}"], out, ck, *EVENT_TIME, "--trigger", "8 seconds",
+        summary = _run(capsys, ["--source", f"files:{tmp_path / 'in'}"], out, ck, *EVENT_TIME, "--trigger", "5 seconds",
                        once=False)
     finally:
-        watcher.join(timeout=310)
-    assert landed.get("planned_next") is False, f"the SIGINT did not land between batch 0 and 1: {landed}"
+        watcher.join(timeout=RUN_TIMEOUT_S)
+    assert landed.get("committed_0") is False, f"the SIGINT did not land in batch 0: {landed}"
     assert "stopped on request" in summary
     # Batch 1 ran before the query stopped: no new data, the watermark batch 0 moved to.
     assert log.committed(1) and not log.planned(2)
@@ -182,3 +185,33 @@ def test_ctrl_c_between_a_batch_and_its_no_data_batch_lets_that_batch_run(spark,
     expected = Counter(reference_sessions(events, GAP, watermark=final_ms))
     assert _written(spark, out) == expected and sum(expected.values()) > 0
     assert owed_batch(ck, spark) is None
+
+
+def test_a_driver_killed_between_a_batch_and_its_no_data_batch(spark, tmp_path, capsys):
+    """``sparkstate run`` in a process of its own, SIGKILLed (with its JVM and workers) once its data
+    batch is committed and before Spark plans the no-data batch (a long trigger keeps that moment
+    open); then ``--once`` on the checkpoint."""
+    generate_files(tmp_path / "in", DATA, files=1)
+    events = [r.event for r in stream_records(DATA) if r.is_valid]
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    source = ["--source", f"files:{tmp_path / 'in'}"]
+    args = cli("run", "sessionize", *source, "--format", "json", "--sink", f"parquet:{out}", "--checkpoint", str(ck),
+               "--gap", GAP, *EVENT_TIME, "--trigger", "60 seconds", "--no-progress")
+    job = JobProcess(args, tmp_path / "job.log", uuid.uuid4().hex, tmp_path)
+    log = Checkpoint(ck)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not log.committed(0):
+            assert job.running(), f"the job ended before it was killed:\n{job.tail()}"
+            assert time.monotonic() < deadline, f"batch 0 not committed in {RUN_TIMEOUT_S} s:\n{job.tail()}"
+            time.sleep(0.005)
+    finally:
+        job.kill()
+    assert log.committed(0) and not log.planned(1)  # killed between the data batch and its no-data batch
+    assert _written(spark, out) == Counter()  # batch 0 ran at watermark 0: nothing final yet
+
+    _run(capsys, source, out, ck, *EVENT_TIME)  # --once: nothing new to read
+    final_ms = log.watermark_ms(1)
+    assert log.committed(1) and final_ms > 0
+    expected = Counter(reference_sessions(events, GAP, watermark=final_ms))
+    assert _written(spark, out) == expected and sum(expected.values()) > 0
