@@ -85,7 +85,8 @@ def test_no_data_batches_turned_off_owe_nothing(spark, tmp_path):
 def test_a_log_entry_that_is_not_spark_s_is_refused(tmp_path):
     _batch(tmp_path, 0, 0, 5_000)
     (tmp_path / "commits" / "0").write_text("not a log\n")
-    with pytest.raises(ConfigError, match=r"commits/0: not a log entry of a Spark streaming query"):
+    with pytest.raises(ConfigError, match=r"commits/0: not a log entry of a Spark streaming query: expected a"
+                       r" version line \(v1\) and a JSON line, got 'not a log' first; point at the checkpoint"):
         owed_batch(tmp_path, processing_time=False)
 
 

@@ -41,11 +41,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import fs
-from .engines.call_context import wall_clock_ms
 from .engines.checkpoint import operators
 from .errors import ConfigError
 from .paths import absolute_path
@@ -95,7 +95,9 @@ def _entry(path: str, spark: "SparkSession | None") -> tuple[list[str], dict]:
     except ValueError:
         meta = None
     if not lines[0].startswith("v") or not isinstance(meta, dict):
-        raise ConfigError(f"{path}: not a log entry of a Spark streaming query (a version line, then JSON)")
+        raise ConfigError(f"{path}: not a log entry of a Spark streaming query: expected a version line (v1) and"
+                          f" a JSON line, got {lines[0][:40]!r} first; point at the checkpoint of a streaming query,"
+                          " or move this file away if it was edited by hand")
     return lines, meta
 
 
@@ -197,7 +199,8 @@ def _queue(spark: "SparkSession", root: str, processing_time: bool | None) -> Ow
                     " batch %d was not planned, and the timers it would fire wait for new input", root, lines[0],
                     ", ".join(OFFSET_LOG_VERSIONS), owed.batch_id - 1)
         return None
-    meta.update(batchWatermarkMs=owed.watermark_ms, batchTimestampMs=wall_clock_ms())
+    # The batch's processing time: now, as Spark's trigger clock would have given it when planning.
+    meta.update(batchWatermarkMs=owed.watermark_ms, batchTimestampMs=int(time.time() * 1000))
     lines[1] = json.dumps(meta, separators=(",", ":"))
     target = fs.join(root, "offsets", str(owed.batch_id))
     if fs.exists(target, spark):  # planned meanwhile: by Spark itself

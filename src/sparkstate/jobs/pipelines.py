@@ -98,7 +98,7 @@ class JobPipeline:
     the others ignore them. ``check(config)``: refuses (:class:`~sparkstate.errors.ConfigError`)
     a value of those settings the pipeline cannot run with, before Spark starts. ``marker``: the
     settings its checkpoint records, which a restart must keep
-    (:func:`~sparkstate.jobs.run.check_checkpoint`).
+    (:func:`~sparkstate.jobs.marker.check_checkpoint`).
     """
 
     name: str
