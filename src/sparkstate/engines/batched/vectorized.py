@@ -34,31 +34,6 @@ class VectorProcessor(BucketProcessor):
                                 plan.state_codec, plan.timeout, plan.output_schema)
         self.arrow_types = [to_arrow_type(f.dataType, timezone="UTC") for f in fields[: self.input.n_values]]
 
-    # -- input: one Arrow table of the bucket's rows, a key's rows together ------------------------
-    def _table(self, frames: Iterator[Any]) -> Any:
-        import pyarrow as pa
-
-        inp = self.input
-        if self.packed:
-            tables = inp.packed_tables(frames)
-        else:
-            # event-time input arrives row by row as pandas (see engine.py): back to Arrow, through
-            # the converters that undo PySpark's pandas conversion (nulls in ints, longs as strings)
-            import numpy as np
-
-            tables = []
-            for pdf in frames:
-                if len(pdf) == 0:
-                    continue
-                cols = [pa.array(conv(pdf.iloc[:, i]), type=t)
-                        for i, (conv, t) in enumerate(zip(inp.converters, self.arrow_types))]
-                cols.append(pa.array(pdf.iloc[:, inp.hash_pos].to_numpy(np.int64)))
-                tables.append(pa.table(cols, names=inp.value_names + ["_h"]))
-        tables = [t for t in tables if t.num_rows]
-        if not tables:
-            return None
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-
     def _runs(self, table: Any) -> tuple[Any, list, list, Any, Any]:
         """The table with each key's rows together (arrival order kept), its keys in run order,
         their hashes, each row's key position, and the keys as Arrow arrays (or None)."""
@@ -145,7 +120,7 @@ class VectorProcessor(BucketProcessor):
     # -- the transformWithState callbacks ---------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         with gc_paused():
-            return iter(self._run(self._table(rows), timerValues))
+            return iter(self._run(self.input.table(rows), timerValues))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         with gc_paused():
