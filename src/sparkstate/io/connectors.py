@@ -40,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..paths import cache_dir
 
 SCALA = "2.13"
 #: Spark's Kafka connector, without its version (:func:`kafka_package` adds it).
@@ -151,12 +152,6 @@ def groups(spark_version: str | None = None) -> dict[str, list[str]]:
     except ConfigError:
         pass
     return out
-
-
-def cache_dir() -> Path:
-    """Where the fetched groups' classpath files live: ``$SPARKSTATE_CACHE`` or ``~/.cache/sparkstate``."""
-    env = os.environ.get("SPARKSTATE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "sparkstate"
 
 
 def _classpath_file(name: str) -> Path:
