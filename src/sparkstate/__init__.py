@@ -16,7 +16,7 @@ from .errors import (
     UserFunctionError,
     WorkerImportError,
 )
-from .batch_state import StateBatch, StateUpdate
+from .state_batch import StateBatch, StateUpdate
 from .batches import map_batches_with_state
 from .engines import BatchedEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State

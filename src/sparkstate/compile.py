@@ -122,7 +122,7 @@ def compile_plan(
     keys = key_columns(df, key, operator_name)
     codec = state_codec(state_type, operator_name)
     if vectorized:
-        from .batch_state import BOOKKEEPING
+        from .state_batch import BOOKKEEPING
 
         clash = [f for f in codec.fields if f in keys or f in BOOKKEEPING]
         if clash:

@@ -94,7 +94,7 @@ class BucketCall:
     ``keys``: the call's keys as a group function sees its key (a scalar for one key column, a
     tuple for several): first the ``n_input`` keys with new rows, in the order their first row
     arrived, then the keys without rows whose timeout is due, as
-    :func:`~sparkstate.group_state.due_keys` orders them. ``rows``: the new rows, a
+    :func:`~sparkstate.engines.rules.due_keys` orders them. ``rows``: the new rows, a
     ``pyarrow.Table`` with the operator input's columns in Spark's Arrow types (timestamps as UTC
     instants), in arrival order; ``key_index``: for each row, its key's position in ``keys`` (a
     numpy int64 array). ``states``: for each key, its stored state as the codec's columns

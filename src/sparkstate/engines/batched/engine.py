@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from ...errors import ConfigError, StateSchemaError
-from ...group_state import initial_timeout
 from ..call_context import operator_options
+from ..rules import initial_timeout
 from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, drops_late_rows,
                     initial_key_column)
 from . import layout

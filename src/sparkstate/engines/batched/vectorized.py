@@ -6,15 +6,15 @@ Same buckets, directory, leaves, timers, packing and initial state as the per-ke
 unchanged. Only the middle differs: instead of grouping the input into per-key ``Row`` lists and
 calling the function per key, :class:`VectorProcessor` sorts the bucket's Arrow input by key,
 converts it to one pandas frame, gathers the keys' leaf entries into ``batch.state`` and writes
-back what the function's :class:`~sparkstate.batch_state.StateUpdate` says
-(:class:`~sparkstate.batch_state.BatchRules`: the rules, shared with the no-Spark harness).
+back what the function's :class:`~sparkstate.StateUpdate` says
+(:class:`~sparkstate.engines.batch_rules.BatchRules`: the rules, shared with the no-Spark harness).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ...batch_state import NO_ENTRY, BatchRules
+from ..batch_rules import NO_ENTRY, BatchRules
 from .engine import BatchedEngine
 from .grouping import gc_paused, key_cuts
 from .processor import BucketProcessor
