@@ -17,11 +17,11 @@ from .errors import (
     WorkerImportError,
 )
 from .state_batch import StateBatch, StateUpdate
-from .batches import map_batches_with_state
+from .vectorized import map_batches_with_state
 from .engines import BatchedEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
-from .session import spark_session
+from .spark import spark_session
 from .spec import StateSpec
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """The plan compiler: every keyed-state API is checked and compiled here, and its engine chosen once.
 
 ``map_groups_with_state`` and the operators built on it (:mod:`.operators`), the vectorized
-``map_batches_with_state`` (:mod:`.batches`), the pipelines and ``sparkstate run`` all end in
+``map_batches_with_state`` (:mod:`.vectorized`), the pipelines and ``sparkstate run`` all end in
 :func:`compile_plan`: it validates the input, the key, the state and output types, the timeout,
 the initial state and a checkpoint's stored state, decides the engine (:func:`choose_engine`),
 and returns a :class:`Compiled` query that :meth:`Compiled.dataframe` hands to that engine.
@@ -27,7 +27,7 @@ from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, BucketLogic, 
 from .engines.evolution import inspect_checkpoint, key_struct
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupStateTimeout
-from .session import check_session
+from .spark import check_session
 from .shipping import ship_user_modules
 from .types import Codec, encoder_for, parse_schema, record_decoder
 

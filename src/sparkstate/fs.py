@@ -74,7 +74,7 @@ def _session(spark: "SparkSession | None") -> "SparkSession | None":
 
 
 def _jvm_of(spark: "SparkSession | None") -> Any:
-    from .session import is_connect
+    from .spark import is_connect
 
     if spark is None or is_connect(spark):
         return None

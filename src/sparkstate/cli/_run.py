@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from ..jobs import JOB_PIPELINES, run_pipeline
     from ..observe import ProgressDisplay
-    from ..session import is_connect, remote_url
+    from ..spark import is_connect, remote_url
 
     config = job_config(args)
     # Spark's console sink prints on fd 1: keep it on the terminal, and progress off the live table.

@@ -55,7 +55,7 @@ from .. import fs
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
 from ..paths import local_path
-from ..session import is_connect, start_query
+from ..spark import is_connect, start_query
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 

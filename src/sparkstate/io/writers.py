@@ -36,7 +36,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 from ..errors import ConfigError, SinkError
-from ..session import is_connect
+from ..spark import is_connect
 from .postgres import PostgresBatchWriter, PostgresTarget
 
 if TYPE_CHECKING:

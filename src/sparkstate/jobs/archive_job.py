@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import SparkStateError
 from ..jvm_archive import ENV, RECORD_OPTION, archive_path, remove_stale
-from ..session import spark_session
+from ..spark import spark_session
 from ..synthetic import StreamConfig
 from .config import JobConfig
 from .generate import generate_files

@@ -73,7 +73,7 @@ class JobConfig:
     in event-time order (see :func:`sparkstate.pipelines.sessionize`).
     ``packages`` (Maven coordinates, comma-separated) and ``jars`` (local jar paths) go on the
     classpath of a Spark session the job starts itself (``spark.jars.packages``, ``spark.jars``):
-    Spark's Kafka connector for ``kafka:`` specs (:func:`sparkstate.io.connectors.kafka_package`).
+    Spark's Kafka connector for ``kafka:`` specs (:func:`sparkstate.io.connectors.kafka_coordinates`).
     ``max_batch_records`` / ``max_batch_files``: the most a micro-batch reads, so that a backlog
     (a source far ahead of the job) is worked off in batches of bounded size and memory instead
     of one huge batch: records for the generator (``maxEventsPerTrigger``) and Kafka
