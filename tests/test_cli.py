@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -225,15 +226,15 @@ def test_run_settings_flags_over_env_over_config_file(tmp_path):
         "trigger: 5 seconds\nwatermark: 30 seconds\noptions:\n  maxFilesPerTrigger: 1\n"
     )
     env = {"SPARKSTATE_SINK": "parquet:from-env", "SPARKSTATE_GAP": "2 minutes", "SPARKSTATE_ONCE": "true",
-           "SPARKSTATE_CONFIG": str(cfg_file)}
+           "SPARKSTATE_CONFIG": str(cfg_file), "SPARKSTATE_CHECKPOINT": "ck"}
     args = build_parser().parse_args(["run", "--gap", "1 minute", "--option", "latestFirst=false"])
     cfg = job_config(args, env)
-    assert cfg.pipeline == "sessionize" and cfg.source == "files:from-file"  # config file
-    assert cfg.sink == "parquet:from-env" and cfg.once is True  # environment over the file
+    assert cfg.pipeline == "sessionize" and cfg.source == "files:" + os.path.abspath("from-file")  # config file
+    assert cfg.sink == "parquet:" + os.path.abspath("from-env") and cfg.once is True  # environment over the file
     assert cfg.gap == "1 minute"  # flag over environment
     assert cfg.trigger == "5 seconds" and cfg.watermark == "30 seconds"
     assert cfg.options == {"latestFirst": "false"}  # flags' options replace the file's
-    assert cfg.time_mode == "event" and cfg.checkpoint is None  # defaults
+    assert cfg.time_mode == "event" and cfg.metrics is None  # defaults
 
     args = build_parser().parse_args(["run", "running-count", "--no-once", "--config", str(cfg_file)])
     cfg = job_config(args, env)
@@ -245,7 +246,7 @@ def test_bad_settings_are_refused_before_spark_starts(tmp_path, capsys):
     bad.write_text('pipeline = "sessionize"\nsource = "files:in"\nsinks = "console"\n')
     assert main(["run", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert f"config file {bad}: unknown setting 'sinks'; known settings: pipeline, source, sink," in err
+    assert f"config file {bad}: unknown setting 'sinks'; known settings: pipeline, source, format, sink," in err
     assert main(["run", "sessionize", "--source", "nowhere:x"]) == 2
     assert "source 'nowhere:x': expected one of" in capsys.readouterr().err
 

@@ -372,3 +372,32 @@ def test_every_dated_raw_file_named_in_the_docs_is_in_docs_bench():
     assert len(named) >= 20
     missing = sorted(f"{doc}: {name}" for doc, name in named if not list(bench.glob(Path(name).name)))
     assert not missing, "\n".join(missing)
+
+
+# --- settings: the declarations (sparkstate.jobs.settings) ------------------------------------
+
+
+def test_every_sparkstate_variable_in_the_docs_is_a_declared_setting_or_read_by_the_code():
+    """`SPARKSTATE_TIME_MODE` in a doc is the variable of a declared setting; the others the docs
+    name (SPARKSTATE_CACHE, SPARKSTATE_JVM_ARCHIVE, ...) are read somewhere in src/ or tests/."""
+    from sparkstate.jobs.config import all_settings
+    from sparkstate.jobs.settings import ENV_PREFIX
+
+    declared = {s.env for s in all_settings().values()} | {ENV_PREFIX + "PIPELINE", ENV_PREFIX + "CONFIG"}
+    code = "\n".join(p.read_text() for d in ("src", "tests") for p in (ROOT / d).rglob("*.py"))
+    named = {(_rel(doc), v) for doc in DOCS for v in re.findall(r"\bSPARKSTATE_[A-Z_]*[A-Z]\b", doc.read_text())}
+    assert len(named) >= 5
+    wrong = sorted(f"{doc}: {v}" for doc, v in named if v not in declared and f'"{v}"' not in code)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_declared_setting_has_its_flag_and_help():
+    """`sparkstate run --help` shows each declared setting with its variable (one flag per declaration)."""
+    from sparkstate.jobs.config import all_settings
+
+    run = _flags(commands()[("run",)])
+    for s in all_settings().values():
+        assert s.flag in run, s.name
+        assert s.env in (run[s.flag].help or ""), s.name
+        assert len(run[s.flag].help) > 20, s.name
+
