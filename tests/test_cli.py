@@ -277,13 +277,13 @@ def test_the_readme_commands_run_as_written(spark, tmp_path, monkeypatch, capsys
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Running the pipelines", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
-    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
-    assert [c[:2] for c in commands] == [[".venv/bin/sparkstate", "generate"], [".venv/bin/sparkstate", "run"]]
+    commands = [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["sparkstate", "generate"], ["sparkstate", "run"], ["sparkstate", "state"]]
     monkeypatch.chdir(tmp_path)
     for command in commands:
         assert main(command[1:]) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
-    assert "Wrote 2000 records" in printed and "caught up (--once)" in printed
+    assert "Wrote 2000 records" in printed and "caught up (--once)" in printed and "keys shown" in printed
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum(m["rows_in"] for m in metrics if m["query"] == "output") == 2000
     assert metrics[-1]["dead_letters_total"] > 0 and (tmp_path / "sessions" / "_deadletter").is_dir()

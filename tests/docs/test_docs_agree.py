@@ -401,3 +401,51 @@ def test_every_declared_setting_has_its_flag_and_help():
         assert s.env in (run[s.flag].help or ""), s.name
         assert len(run[s.flag].help) > 20, s.name
 
+
+# --- the package: README's versions and extras are pyproject.toml's ---------------------------
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _range(spec: str) -> set[str]:
+    """`pandas>=2.2,<3` -> {">=2.2", "<3"}; README's ">= 2.2, < 3" the same."""
+    return {p.replace(" ", "") for p in re.split(r",", re.sub(r"^[A-Za-z0-9_.\[\]-]+", "", spec.split(";")[0])) if p.strip()}
+
+
+def test_readme_versions_table_is_the_declared_dependencies():
+    """Each dependency README.md's "Supported versions" table names has the range pyproject.toml
+    declares, and every dependency the package imports at its top level is declared."""
+    project = _pyproject()
+    declared = {re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower(): _range(d) for d in project["dependencies"]}
+    table = (ROOT / "README.md").read_text().split("| Supported versions |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| (\w+) \| ([^|(]+?)\s*(?:\(.*\))? \|$", table, re.M))
+    assert {"Python", "PySpark", "pyarrow", "pandas", "numpy"} <= set(rows)
+    assert _range(rows.pop("Python")) == _range(project["requires-python"])
+    rows.pop("Java")
+    for name, spec in rows.items():
+        assert _range(spec) == declared[name.lower()], name
+    imported = {m.group(1) for p in PACKAGE.rglob("*.py")
+                for m in re.finditer(r"^(?:import|from) (numpy|pyarrow|pandas|pyspark|google\.protobuf|rich)\b",
+                                     p.read_text(), re.M)}
+    names = {"google.protobuf": "protobuf"}
+    assert {names.get(m, m) for m in imported} <= set(declared)
+
+
+def test_every_extra_is_documented_in_install_md_and_known_to_the_checks():
+    from sparkstate.extras import EXTRAS
+
+    extras = set(_pyproject()["optional-dependencies"]) - {"test"}
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert {e for e in extras if f"| `{e}` |" not in install} == set()
+    assert set(EXTRAS) == extras
+
+
+def test_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{doc.name})" in readme, f"README's map of the docs has no {doc.name}"
