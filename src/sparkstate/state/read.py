@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import fs
 from ..engines.base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN
@@ -87,8 +87,8 @@ def read(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
     from pyspark.sql import functions as F
 
     rec = _records(spark, checkpoint, batch_id)
-    key_fields = rec.schema["key"].dataType.names
-    value_fields = rec.schema["value"].dataType.names
+    key_fields = cast("StructType", rec.schema["key"].dataType).names
+    value_fields = cast("StructType", rec.schema["value"].dataType).names
     cols = [F.col(f"key.`{k}`").alias(k) for k in key_fields]
     cols += [F.col(f"value.`{v}`").alias(v) for v in value_fields if v not in key_fields]
     cols.append(F.col(INITIAL_TIMEOUT_COLUMN))
