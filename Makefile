@@ -53,7 +53,10 @@ jvm-archive: $(STAMP)
 # of its time waiting (triggers, JVM and Python worker start-up, child jobs), so two share 2 cores well.
 # PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
+# The quality gates first (settings: pyproject.toml's [tool.ruff] and [tool.mypy]), then the suite.
 test: $(STAMP) pg kafka s3 jvm-archive
+	$(PY) -m ruff check src
+	$(PY) -m mypy
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # Property-based fuzzing of hostile input (every tests/io/test_hostile_*.py) with many more records per

@@ -5,6 +5,8 @@ state, and state that survives restarts and schema changes, on PySpark's transfo
 and the RocksDB state store. The public names are those of ``docs/api.md`` (the API reference).
 """
 
+from importlib import metadata as _metadata
+
 from . import pipelines, state, testing
 from .errors import (
     ConfigError,
@@ -24,7 +26,10 @@ from .operators import flat_map_groups_with_state, map_groups_with_state, map_wi
 from .spark import spark_session
 from .spec import StateSpec
 
-__version__ = "0.1.0"
+try:  # the one version string is pyproject.toml's, read from the installed package's metadata
+    __version__ = _metadata.version("sparkstate")
+except _metadata.PackageNotFoundError:  # sources on the path without an install
+    __version__ = "0+unknown"
 
 __all__ = [
     "BatchedEngine",

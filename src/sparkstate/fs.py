@@ -125,7 +125,7 @@ class _Hadoop:
     """Spark's Hadoop FileSystem for the path, with the session's Hadoop configuration."""
 
     def __init__(self, spark: "SparkSession", path: str) -> None:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm  # a classic session's gateway (never None there)
         conf = spark._jsparkSession.sessionState().newHadoopConf()  # type: ignore[attr-defined]
         self.jvm = jvm
         self.path = path

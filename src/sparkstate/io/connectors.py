@@ -82,8 +82,10 @@ S3A_EXCLUSIONS = ("software.amazon.awssdk:bundle", "io.netty:*", "org.slf4j:*", 
 #: The S3-compatible server the tests start on loopback (in-memory ``transient`` storage).
 S3PROXY = "org.gaul:s3proxy:2.7.0"
 
-MAKE_HINT = "run `make kafka` in a sparkstate checkout (needs Maven and Java 17)"
-S3_MAKE_HINT = "run `make s3` in a sparkstate checkout (needs Maven and Java 17)"
+MAKE_HINT = ("run `python -m sparkstate.io.connectors fetch` (`make kafka` in a sparkstate checkout;"
+             " needs Maven and Java 17)")
+S3_MAKE_HINT = ("run `python -m sparkstate.io.connectors fetch hadoop-aws s3proxy` (`make s3` in a sparkstate"
+                " checkout; needs Maven and Java 17)")
 
 
 def pyspark_version() -> str:
@@ -284,7 +286,8 @@ def kafka_missing(spark_version: str, what: str) -> ConfigError:
         f" the pyspark package does not ship it). Add it when Spark starts{note}: sparkstate run --packages {pkg},"
         f" spark-submit --packages {pkg}, PYSPARK_SUBMIT_ARGS='--packages {pkg} pyspark-shell',"
         f" or SparkSession.builder.config('spark.jars.packages', '{pkg}');"
-        f" offline: `make kafka` fetches the jars and sparkstate run then uses them (spark.jars)"
+        f" offline: `python -m sparkstate.io.connectors fetch` (`make kafka`) fetches the jars and sparkstate run"
+        f" then uses them (spark.jars)"
     )
 
 

@@ -48,11 +48,21 @@ class SinkSpec(Protocol):
     """What a writer is chosen by: a parsed sink spec (:class:`sparkstate.io.sinks.SinkSpec`).
     Written here as a protocol so that this module does not import the module that parses specs."""
 
-    kind: str
-    path: str | None
-    url: str | None
-    table: str | None
-    name: str | None
+    # read-only (properties): a parsed spec is a frozen dataclass, whose fields cannot be set
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def path(self) -> str | None: ...
+
+    @property
+    def url(self) -> str | None: ...
+
+    @property
+    def table(self) -> str | None: ...
+
+    @property
+    def name(self) -> str | None: ...
 
     @property
     def is_file(self) -> bool: ...
@@ -102,7 +112,7 @@ class FileBatchWriter:
         if is_connect(spark):
             self._write_through_spark(batch_df, batch_id)
             return
-        jvm = spark._jvm  # Hadoop FileSystem: the same code for local, HDFS and object stores
+        jvm: Any = spark._jvm  # Hadoop FileSystem: the same code for local, HDFS and object stores
         HPath = jvm.org.apache.hadoop.fs.Path
         root = HPath(self.path)
         fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
@@ -151,7 +161,7 @@ def path_exists(spark: "SparkSession", path: str) -> bool:
     from pyspark.errors import AnalysisException
 
     try:
-        spark.read.format("text").load(path).schema
+        _ = spark.read.format("text").load(path).schema  # resolving the schema lists the path
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
             return False
@@ -187,7 +197,7 @@ class FileSinkLog:
     def __init__(self, spark: "SparkSession", fmt: str, path: str) -> None:
         self.fmt = fmt
         self.path = path
-        jvm = spark._jvm
+        jvm: Any = spark._jvm
         utils = jvm.org.apache.spark.api.python.PythonUtils
         no_partitions = utils.toSeq(jvm.java.util.ArrayList())
         no_options = utils.toScalaMap(jvm.java.util.HashMap())

@@ -62,7 +62,8 @@ class JsonProgressListener(StreamingQueryListener):
         if "_jlistenerobj" not in self.__dict__:
             from pyspark import SparkContext
 
-            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
+            jvm: Any = SparkContext._jvm  # the listener is registered on a classic session only
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
         return self._jlistenerobj
 
 

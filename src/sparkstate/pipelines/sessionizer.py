@@ -274,7 +274,7 @@ class Sessionizer:
         if not self.streaming:  # a static input is complete: the watermark is past every session
             i = len(sessions)
         else:
-            for times, data, closed in sessions:
+            for times, _data, closed in sessions:
                 if (times[-1] - 1 if closed else times[-1] + gap) >= watermark_ms:
                     break
                 i += 1
