@@ -91,18 +91,18 @@ class BatchRules:
         data: dict = {}
         if key_arrays is not None:
             rest = keys[n_input:]
-            rest_cols = [rest] if self.single else (list(zip(*rest)) if rest else [[] for _ in self.key_columns])
+            rest_cols: list[Any] = [rest] if self.single else (list(zip(*rest)) if rest else [[] for _ in self.key_columns])
             for name, arr, vals in zip(self.key_columns, key_arrays, rest_cols):
                 if vals:
                     arr = pa.concat_arrays([arr, pa.array(vals, type=arr.type)])
                 data[name] = arr.to_pandas()
         else:
-            key_cols = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
+            key_cols: list[Any] = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
             for name, vals, t in zip(self.key_columns, key_cols, self.key_arrow):
                 data[name] = pa.array(vals, type=t).to_pandas()
         first = list(map(itemgetter(0), entries))
         empty = self.empty
-        per_field = list(zip(*[c or empty for c in first])) if n else [[] for _ in self.fields]
+        per_field: list[Any] = list(zip(*[c or empty for c in first])) if n else [[] for _ in self.fields]
         for name, vals, t in zip(self.fields, per_field, self.state_arrow):
             data[name] = pa.array(vals, type=t).to_pandas(types_mapper=self.mapper)
         data[EXISTS] = np.fromiter(map(is_not, first, repeat(None)), bool, n)

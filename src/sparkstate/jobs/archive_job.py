@@ -68,7 +68,7 @@ def record(target: str) -> None:
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
     spark.stop()
-    if proc is not None:  # the JVM writes the archive when it exits: wait for it
+    if gateway is not None and proc is not None:  # the JVM writes the archive when it exits: wait for it
         gateway.shutdown()
         proc.stdin.close()
         proc.wait(timeout=600)

@@ -27,6 +27,8 @@ class LogicProcessor(BucketProcessor):
     def init(self, handle: Any) -> None:
         super().init(handle)
         plan = self.plan
+        if plan.bucket_logic is None:
+            raise TypeError("LogicProcessor runs a plan with a bucket logic (StatePlan.bucket_logic)")
         self.logic = plan.bucket_logic
         self.key_convs = [arrow_column_converter(self.value_schema[k].dataType) for k in plan.key_columns]
         self.values = list(range(self.input.n_values))
