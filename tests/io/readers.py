@@ -17,12 +17,15 @@ from typing import Sequence
 import duckdb
 import pandas as pd
 import pyarrow.dataset as ds
+from pyspark.errors import AnalysisException
 
 READERS = ("spark", "pandas", "pyarrow", "duckdb")
 _EXT = {"parquet": "parquet", "json": "json"}
 
 
 def _records(frame: pd.DataFrame, columns: Sequence[str]) -> Counter:
+    if frame.empty:  # no file yet (a reader then finds no columns either)
+        return Counter()
     return Counter(tuple(None if pd.isna(v) else (int(v) if isinstance(v, float) and v.is_integer() else v)
                          for v in row) for row in frame[list(columns)].itertuples(index=False))
 
@@ -36,7 +39,12 @@ def read_with(reader: str, spark, directory: str | os.PathLike, fmt: str, column
         df = spark.read.format(fmt)
         if schema is not None:
             df = df.schema(schema)
-        return Counter(tuple(r) for r in df.load(d).select(*columns).collect())
+        try:
+            return Counter(tuple(r) for r in df.load(d).select(*columns).collect())
+        except AnalysisException as exc:
+            if "UNABLE_TO_INFER_SCHEMA" in str(exc):  # no file yet
+                return Counter()
+            raise
     if reader == "pandas":
         if fmt == "parquet":
             frame = pd.read_parquet(d)

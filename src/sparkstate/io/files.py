@@ -114,9 +114,11 @@ class _Dir:
         return where
 
     def data_files(self, directory: Any) -> list[Any]:
-        """The data files Spark wrote into ``directory`` (its ``_SUCCESS`` and checksums left out), by name."""
+        """The data files Spark wrote into ``directory``, by name: its ``_SUCCESS`` and checksums left
+        out, and empty files (Spark's JSON writer leaves a 0-byte file for an empty first partition,
+        which a 0-row batch of JSON lines needs no file for and pyarrow's JSON reader refuses)."""
         files = [s.getPath() for s in self.fs.listStatus(directory)
-                 if s.isFile() and not s.getPath().getName().startswith(("_", "."))]
+                 if s.isFile() and s.getLen() > 0 and not s.getPath().getName().startswith(("_", "."))]
         return sorted(files, key=lambda p: p.getName())
 
     def move(self, src: Any, dst: Any, what: str) -> None:
@@ -257,6 +259,9 @@ class FileBatchWriter:
         finally:
             batch_df.unpersist()
         d.delete(d.Path(staged, "_SUCCESS"))
+        for status in d.fs.listStatus(staged):
+            if status.isFile() and status.getLen() == 0:  # see _Dir.data_files
+                d.delete(status.getPath())
         d.move(staged, target, what)
         d.fs.create(done, True).close()
         log.info("%s: batch %d written", what, batch_id)
