@@ -36,6 +36,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import fs
 from ..errors import SinkError
 from ..session import is_connect
 
@@ -219,10 +220,11 @@ class FileBatchWriter:
     and HDFS file systems; file by file on an object store), and ``_SUCCESS`` is written last; a
     ``batch_id=N`` without it (an attempt that died while it was moved) is deleted first.
 
-    Over Spark Connect (no Hadoop file system in this process) the batch is written straight to
-    ``DIR/batch_id=N`` by Spark's writer, whose job commit renames each finished task file into
-    place and writes ``_SUCCESS`` last; a directory without it is overwritten. Empty batches
-    write nothing.
+    Over Spark Connect (no JVM in this process, which runs beside the server's driver) the same
+    steps go through :mod:`sparkstate.fs` (the local disk, or ``pyarrow.fs`` for ``s3a://``). Where
+    that cannot reach ``DIR``, the batch is written straight to ``DIR/batch_id=N`` by Spark's
+    writer, whose job commit renames each finished task file into place and writes ``_SUCCESS``
+    last; a directory without it is overwritten. Empty batches write nothing.
 
     >>> FileBatchWriter("parquet", "/out")
     FileBatchWriter('parquet', '/out')
@@ -267,7 +269,44 @@ class FileBatchWriter:
         log.info("%s: batch %d written", what, batch_id)
 
     def _write_through_spark(self, batch_df: "DataFrame", batch_id: int) -> None:
-        target = f"{self.path.rstrip('/')}/batch_id={batch_id}"
+        spark = batch_df.sparkSession
+        target = fs.join(self.path, f"batch_id={batch_id}")
+        try:
+            self._write_staged(batch_df, batch_id, spark, target)
+        except fs.FsUnavailable as exc:
+            log.warning("%s:%s: %s; batch %d is written in place", self.fmt, self.path, exc, batch_id)
+            self._write_in_place(batch_df, batch_id, target)
+
+    def _write_staged(self, batch_df: "DataFrame", batch_id: int, spark: "SparkSession", target: str) -> None:
+        """The classic session's steps, through :mod:`sparkstate.fs` (this process runs beside the server's
+        driver, on its file systems): raises :class:`~sparkstate.fs.FsUnavailable` before anything is written
+        when it cannot reach ``DIR``."""
+        what = f"{self.fmt}:{self.path}"
+        if fs.exists(fs.join(target, "_SUCCESS"), spark):
+            log.info("%s: batch %d was already written; skipped (replay)", what, batch_id)
+            run_only(batch_df)
+            return
+        fs.delete(target, spark)
+        staging = fs.join(self.path, STAGING_DIR)
+        for name in fs.list_names(staging, spark):
+            if name.startswith(f"batch_id={batch_id}-"):
+                fs.delete(fs.join(staging, name), spark)
+        batch_df.persist()
+        try:
+            if batch_df.isEmpty():
+                return
+            staged = fs.join(staging, f"batch_id={batch_id}-{uuid.uuid4().hex}")
+            batch_df.write.format(self.fmt).save(staged)
+        finally:
+            batch_df.unpersist()
+        for name in fs.list_names(staged, spark):
+            if name == "_SUCCESS" or fs.total_bytes(fs.join(staged, name), spark) == 0:  # see _Dir.data_files
+                fs.delete(fs.join(staged, name), spark)
+        fs.rename(staged, target, spark)
+        fs.write_text(fs.join(target, "_SUCCESS"), "", spark)
+        log.info("%s: batch %d written", what, batch_id)
+
+    def _write_in_place(self, batch_df: "DataFrame", batch_id: int, target: str) -> None:
         if path_exists(batch_df.sparkSession, f"{target}/_SUCCESS"):
             log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
             run_only(batch_df)
