@@ -31,10 +31,11 @@ def _records(frame: pd.DataFrame, columns: Sequence[str]) -> Counter:
 
 
 def read_with(reader: str, spark, directory: str | os.PathLike, fmt: str, columns: Sequence[str],
-              schema: str | None = None) -> Counter:
-    """The multiset of ``columns`` tuples ``reader`` finds in the sink directory ``directory``."""
+              schema: str | None = None, batches: bool = False) -> Counter:
+    """The multiset of ``columns`` tuples ``reader`` finds in the sink directory ``directory``
+    (``batches``: the update-mode layout, ``DIR/batch_id=N/``, read with its ``batch_id`` column)."""
     d = os.fspath(directory)
-    pattern = os.path.join(d, f"*.{_EXT[fmt]}")
+    pattern = os.path.join(d, *(["batch_id=*"] if batches else []), f"*.{_EXT[fmt]}")
     if reader == "spark":
         df = spark.read.format(fmt)
         if schema is not None:
@@ -50,20 +51,23 @@ def read_with(reader: str, spark, directory: str | os.PathLike, fmt: str, column
             frame = pd.read_parquet(d)
         else:
             files = sorted(glob.glob(pattern))
-            frame = (pd.concat([pd.read_json(f, lines=True, dtype=False) for f in files]) if files
-                     else pd.DataFrame(columns=list(columns)))
+            frame = (pd.concat([pd.read_json(f, lines=True, dtype=False).assign(
+                **({"batch_id": int(f.split("batch_id=")[1].split("/")[0])} if batches else {})) for f in files])
+                if files else pd.DataFrame(columns=list(columns)))
         return _records(frame, columns)
     if reader == "pyarrow":
-        return _records(ds.dataset(d, format=fmt).to_table().to_pandas(), columns)
+        return _records(ds.dataset(d, format=fmt, partitioning="hive" if batches else None).to_table().to_pandas(),
+                        columns)
     if reader == "duckdb":
         if not glob.glob(pattern):
             return Counter()
         fn = "read_parquet" if fmt == "parquet" else "read_json_auto"
-        return _records(duckdb.sql(f"SELECT * FROM {fn}('{pattern}')").df(), columns)
+        hive = ", hive_partitioning = true" if batches else ""
+        return _records(duckdb.sql(f"SELECT * FROM {fn}('{pattern}'{hive})").df(), columns)
     raise ValueError(reader)
 
 
 def read_everywhere(spark, directory: str | os.PathLike, fmt: str, columns: Sequence[str],
-                    schema: str | None = None) -> dict[str, Counter]:
+                    schema: str | None = None, batches: bool = False) -> dict[str, Counter]:
     """:func:`read_with` for every reader of :data:`READERS`."""
-    return {r: read_with(r, spark, directory, fmt, columns, schema) for r in READERS}
+    return {r: read_with(r, spark, directory, fmt, columns, schema, batches) for r in READERS}

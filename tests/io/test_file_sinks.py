@@ -26,8 +26,8 @@ def _rows(n0: int, n: int) -> list[dict]:
     return [{"user_id": f"u{i % 3}", "n": i} for i in range(n0, n0 + n)]
 
 
-def _run(spark, landing: LandingDir, spec: str, ck) -> None:
-    query = start_sink(landing.stream(spark, SCHEMA), parse_sink(spec), checkpoint=ck)
+def _run(spark, landing: LandingDir, spec: str, ck, mode: str = "append") -> None:
+    query = start_sink(landing.stream(spark, SCHEMA), parse_sink(spec), checkpoint=ck, output_mode=mode)
     query.processAllAvailable()
     query.stop()
 
@@ -70,3 +70,28 @@ def test_files_of_attempts_that_did_not_commit_are_gone_before_the_batch_is_redo
     assert not legacy.exists()
     assert [p for p in (out / STAGING_DIR).rglob("*") if p.is_file()] == []
     assert len(list(out.glob(f"part-{replayed:010d}-*"))) == 1  # written again under the same name
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_update_mode_a_batch_directory_killed_while_moved_is_written_again(spark, tmp_path, fmt):
+    landing, out, ck = LandingDir(tmp_path / "in"), tmp_path / "out", tmp_path / "ck"
+    for k in range(2):
+        landing.add(_rows(10 * k, 3))
+    _run(spark, landing, f"{fmt}:{out}", ck, "update")
+    cols = ["batch_id", "user_id", "n"]
+    first = Counter((k, "u%d" % (i % 3), i) for k in range(2) for i in range(10 * k, 10 * k + 3))
+    assert read_everywhere(spark, out, fmt, cols, batches=True) == {r: first for r in READERS}
+
+    # A crash while batch 1's directory was moved into place (an object store copies file by file):
+    # its _SUCCESS not written yet, and a staged attempt left behind.
+    replayed = drop_last_commit(ck)
+    (out / f"batch_id={replayed}" / "_SUCCESS").unlink()
+    (out / STAGING_DIR / f"batch_id={replayed}-dead").mkdir(parents=True)
+    (out / STAGING_DIR / f"batch_id={replayed}-dead" / f"part-00000-x.c000.{fmt}").write_bytes(b"")
+    landing.add(_rows(100, 2))
+    _run(spark, landing, f"{fmt}:{out}", ck, "update")
+
+    want = first + Counter((2, "u%d" % (i % 3), i) for i in range(100, 102))
+    assert read_everywhere(spark, out, fmt, cols, batches=True) == {r: want for r in READERS}
+    assert [p for p in (out / STAGING_DIR).rglob("*") if p.is_file()] == []
+    assert all((out / f"batch_id={b}" / "_SUCCESS").exists() for b in range(3))
