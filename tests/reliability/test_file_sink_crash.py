@@ -94,19 +94,29 @@ def test_file_sinks_read_the_same_rows_everywhere_after_kills_in_a_write_and_in_
                "--once", "--no-progress")
     log, tag = tmp_path / "job.log", f"file-sinks-{fmt}-{time.monotonic_ns()}"
 
-    # 1. Killed while a task of the output writes its file.
-    _run_until(args, log, tmp_path, tag, lambda: _staged_part(out), "a staged output file")
-    n1 = ck.last_planned()
-    assert n1 is not None and not ck.committed(n1)
-    assert not any(out.glob(f"part-{n1:010d}-*")), "the kill came after the batch was published"
+    # 1. Killed while a task of the output writes its file (again, up to twice, when the kill landed
+    #    after the batch's files were moved into place: the poll can be late on a crowded machine).
+    for _ in range(3):
+        _run_until(args, log, tmp_path, tag, lambda: _staged_part(out), "a staged output file")
+        n1 = ck.last_planned()
+        assert n1 is not None
+        if not ck.committed(n1) and not any(out.glob(f"part-{n1:010d}-*")):
+            break
+    else:
+        raise AssertionError("three kills aimed at a file write all landed after it")
     assert _staged_part(out)  # the files cut short stay hidden
     after_write = _read_all(spark, out, fmt)
     for where, by_reader in after_write.items():
         assert all(by_reader[r] == by_reader["spark"] for r in READERS), f"{where}: readers disagree {by_reader}"
 
     # 2. Killed once files of a batch are in place and before its commit: the restart runs it again.
-    n2 = _run_until(args, log, tmp_path, tag, lambda: _published_uncommitted(out, ck), "a published, uncommitted batch")
-    assert not ck.committed(n2)
+    for _ in range(3):
+        n2 = _run_until(args, log, tmp_path, tag, lambda: _published_uncommitted(out, ck),
+                        "a published, uncommitted batch")
+        if not ck.committed(n2):
+            break
+    else:
+        raise AssertionError("three kills aimed between a batch's files and its commit all landed after the commit")
     logged = (out / "_spark_metadata" / str(n2)).exists()  # else: killed between the renames and the log entry
     after_publish = _read_all(spark, out, fmt)
     for where, by_reader in after_publish.items():
