@@ -11,13 +11,15 @@ letters with, so a sink's layout and bookkeeping exist once.
 - ``memory`` / ``memory:NAME``: an in-memory table for tests, ``spark.table(NAME)`` (a temporary
   view over every row written so far); without a name, the query name or ``sparkstate_output``.
   It is not kept across restarts: a checkpoint holding an earlier run is refused.
-- ``parquet:DIR`` / ``json:DIR``: in ``append`` output mode, Spark's exactly-once file sink:
-  files plus a ``DIR/_spark_metadata`` log of committed batches, which readers use and which
-  makes a replayed batch a no-op. In ``update`` output mode (which Spark's file sink refuses)
-  each micro-batch goes to ``DIR/batch_id=N``: written under
-  ``DIR/_sparkstate_tmp`` first, then renamed into place; a batch whose directory exists is
-  skipped, so a replay is a no-op too. Reading ``DIR`` then yields an extra ``batch_id``
-  column (partition discovery).
+- ``parquet:DIR`` / ``json:DIR``: in ``append`` output mode, files plus a ``DIR/_spark_metadata``
+  log of committed batches (Spark's file-sink log, which Spark's readers follow and which makes
+  a replayed batch a no-op). In ``update`` output mode (which Spark's file sink refuses) each
+  micro-batch goes to ``DIR/batch_id=N``, committed by its ``_SUCCESS``; reading ``DIR`` then
+  yields an extra ``batch_id`` column (partition discovery). Either way every file is written
+  under ``DIR/_sparkstate_tmp`` first and renamed into place, and files of an attempt that did not
+  commit are deleted before the batch is written again, so pandas, pyarrow and DuckDB
+  (``DIR/*.parquet``) read the same rows as Spark (:mod:`sparkstate.io.files`). Not so for
+  :func:`start_sink` over Spark Connect in append mode, which is Spark's own file sink.
 - ``postgres:postgresql://USER@HOST:PORT/DB/TABLE``: one transaction per micro-batch holding
   the rows and the batch id; a replayed batch is skipped (see :mod:`sparkstate.io.postgres`).
   Each batch's rows are appended, in update mode too.
@@ -56,7 +58,7 @@ from ..durations import Duration, positive_ms
 from ..errors import ConfigError
 from ..owed_batch import queue_owed_batch
 from ..paths import local_path
-from ..session import is_connect, start_query
+from ..spark import is_connect, start_query
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 

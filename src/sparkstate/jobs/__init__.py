@@ -9,7 +9,7 @@
 """
 
 from ..owed_batch import OwedBatch, owed_batch, queue_owed_batch
-from .config import PIPELINE_NAMES, JobConfig, load_config, read_config_file, read_env
+from .config import PIPELINE_NAMES, JobConfig, check_here, load_config, read_config_file, read_env
 from .control import JobFailedError, is_caught_up, stop_after_current_batch, wait_until_caught_up
 from .pipelines import JOB_PIPELINES, JobPipeline, read_initial_state
 from .run import JobResult, run_pipeline
@@ -22,6 +22,7 @@ __all__ = [
     "JobResult",
     "OwedBatch",
     "PIPELINE_NAMES",
+    "check_here",
     "is_caught_up",
     "load_config",
     "owed_batch",

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ..durations import positive_ms
+from ..durations import to_ms
 from ..errors import ConfigError, JobFailedError, SparkStateError
 from ..io.parse import DEAD_LETTER_SCHEMA, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
@@ -50,17 +50,17 @@ from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
 from ..observe.metrics import INPUT_OBSERVATION, RunTotals, redact
 from ..owed_batch import owed_batch, queue_owed_batch
-from ..session import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
+from ..spark import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from . import connect_runs
 from .combined import combined_stream, pipeline_events
-from .config import JobConfig, source_options, with_absolute_paths
+from .config import JobConfig, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .marker import check_checkpoint, write_marker
 from .pipelines import JOB_PIPELINES, JobPipeline
 from .tee import JobTee
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("sparkstate.jobs")
 
@@ -151,20 +151,12 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
     combined, out_schema, refuses = combined_stream(output, source.dead_letters, pipeline, str(source.spec))
     dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
-    checkpoint = config.checkpoint
-    if checkpoint is None:
-        needs = [s.kind for s in (sink, dead_sink) if s is not None and s.kind not in ("console", "memory")]
-        if needs:
-            raise ConfigError(f"run: a {needs[0]} sink needs --checkpoint DIR (it is what makes the output"
-                              " exactly-once across restarts)")
+    checkpoint = config.checkpoint  # a sink that needs one has one: JobConfig
     connect = is_connect(spark)
     check_sink_paths(sink, checkpoint, pipeline.output_mode, file_layout(pipeline.output_mode, connect), spark)
     if dead_sink is not None:
         check_sink_paths(dead_sink, checkpoint, "append", file_layout("append", connect), spark)
-    try:
-        trigger_ms = positive_ms(config.trigger, "run: trigger")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    trigger_ms = to_ms(config.trigger)  # checked by JobConfig
     ck = checkpoint or tempfile.mkdtemp(prefix="sparkstate-checkpoint-")  # console and memory sinks only
     name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
     return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms)
@@ -196,8 +188,8 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     function that raised, its exception and the key). Bad settings, and a checkpoint made by
     another pipeline or holding state that does not fit, raise a
     :class:`~sparkstate.errors.SparkStateError` before anything is written. ``on_batch(metrics,
-    totals)`` is called on Spark's listener thread after every batch. Relative local paths are
-    taken from this process's directory (:func:`~sparkstate.jobs.config.with_absolute_paths`).
+    totals)`` is called on Spark's listener thread after every batch. Relative local paths were
+    made absolute from this process's directory when ``config`` was made (:class:`JobConfig`).
     On a checkpoint whose last run stopped before the no-data batch Spark owed it (Ctrl-C, a
     crash, an earlier ``once`` run), that batch runs first
     (:func:`~sparkstate.owed_batch.queue_owed_batch`): the timeouts due by the restored watermark,
@@ -213,7 +205,6 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     ('caught_up', 2, 1)
     """
     started = time.monotonic()
-    config = with_absolute_paths(config)
     job = _define(spark, config)
     what = f"run {job.pipeline.name}"
     # Over Connect: a run of this job left on the server by a client that is gone is stopped first.
@@ -233,7 +224,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
         _queue_owed_batch(spark, job.checkpoint, what)
     listener = MetricsListener(config.metrics, on_batch)
     add_listener(spark, listener)
-    query = None
+    query: Any = None  # a StreamingQuery (start_query returns it as an object)
     try:
         writer = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
                   .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
