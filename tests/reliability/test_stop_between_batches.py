@@ -56,6 +56,10 @@ def _run(capsys, source: list[str], out: Path, ck: Path, *extra: str, once: bool
 
 
 def _written(spark, out: Path) -> Counter:
+    """The sessions in the Parquet sink ``out``, as Spark reads them (none before a first data file)."""
+    if not any(p.name.endswith(".parquet") and not p.relative_to(out).parts[0].startswith("_")
+               for p in out.rglob("part-*")):  # (_deadletter, _spark_metadata: not the sessions)
+        return Counter()
     return Counter(Session.from_row(r) for r in spark.read.parquet(str(out)).collect())
 
 
