@@ -424,6 +424,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--run-trigger", default=None, help="--trigger for sparkstate run's job (default: its own)")
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--work", default=None,
+                   help="keep the contenders' logs, checkpoints, progress reports and metrics in this directory")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 2,000 keys, one 200 events/s phase of 5 s, 3 floor records, 5,000 backlog")
     args = p.parse_args(argv)
@@ -441,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     workloads = ["count", "sessions"] if args.workload == "all" else [args.workload]
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="sparkstate-latency-") as tmp:
-        work = Path(tmp)
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         jar = str(build_jar(work / "bench.jar"))
         with kafka_broker.start() as broker:
             bench = Bench(args, broker.bootstrap, jar, work)

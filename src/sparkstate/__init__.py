@@ -18,12 +18,12 @@ from .errors import (
     UserFunctionError,
     WorkerImportError,
 )
-from .batch_state import StateBatch, StateUpdate
-from .batches import map_batches_with_state
+from .state_batch import StateBatch, StateUpdate
+from .vectorized import map_batches_with_state
 from .engines import BatchedEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
-from .session import spark_session
+from .spark import spark_session
 from .spec import StateSpec
 
 try:  # the one version string is pyproject.toml's, read from the installed package's metadata

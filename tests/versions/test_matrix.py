@@ -64,7 +64,7 @@ def test_this_release_is_the_one_the_matrix_asked_for():
     want = os.environ.get("SPARKSTATE_MATRIX_EXPECT") or connectors.PYSPARK_VERSIONS[connectors.MAIN_MINOR][0]
     assert pyspark.__version__ == want
     minor = ".".join(want.split(".")[:2])
-    assert connectors.kafka_package() == f"{connectors.SPARK_KAFKA}:{connectors.PYSPARK_VERSIONS[minor][1]}"
+    assert connectors.kafka_coordinates() == f"{connectors.SPARK_KAFKA}:{connectors.PYSPARK_VERSIONS[minor][1]}"
     if minor == "4.3":
-        assert connectors.kafka_package() == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+        assert connectors.kafka_coordinates() == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     assert connectors.jars("spark-kafka")  # fetched for this release (`make kafka`, or the matrix)

@@ -46,7 +46,7 @@ def _demo(args: argparse.Namespace) -> int:
     import sparkstate as ss
 
     from ..demo import prepare_out_dir, run_demo
-    from ..session import remote_url
+    from ..spark import remote_url
 
     started = time.monotonic()
     broker = None

@@ -1,4 +1,4 @@
-"""``sparkstate jvm-archive``: make the driver JVM's class-data archive (:mod:`sparkstate.jvm_archive`)."""
+"""``sparkstate jvm-archive``: make the driver JVM's class-data archive (:mod:`sparkstate.jobs.archive_job`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _jvm_archive(args: argparse.Namespace) -> int:
-    from ..jvm_archive import archive_path, build
+    from ..jobs.archive_job import build
+    from ..jvm_archive import archive_path
 
     if args.path:
         print(archive_path() or "no java found")

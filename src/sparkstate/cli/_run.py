@@ -109,7 +109,7 @@ def job_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
 
 def _run(args: argparse.Namespace) -> int:
     from ..jobs.config import check_here
-    from ..session import remote_url
+    from ..spark import remote_url
 
     config = job_config(args)
     remote = remote_url(config.remote) if config.master is None else None
@@ -142,7 +142,7 @@ def _run_job(args: argparse.Namespace, config: Any, active: Any, remote: str | N
 
     from ..jobs import JOB_PIPELINES, run_pipeline
     from ..observe import ProgressDisplay
-    from ..session import is_connect
+    from ..spark import is_connect
 
     # Spark's console sink prints on fd 1: keep it on the terminal, and progress off the live table.
     to_console = "console" in (config.sink_spec.kind, config.deadletter_spec.kind if config.deadletter_spec else None)

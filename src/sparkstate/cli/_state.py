@@ -58,7 +58,7 @@ def _remote_flag(parser: Any) -> None:
 def _session(args: argparse.Namespace):
     """The session of a ``state`` command, started once what needs no Spark was checked."""
     from ..extras import require
-    from ..session import remote_url
+    from ..spark import remote_url
     from ..state import check_local
 
     remote = remote_url(getattr(args, "remote", None))

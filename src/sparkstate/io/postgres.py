@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import ConfigError, SinkError
-from .batch_query import batch_query_id
+from .query_id import batch_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

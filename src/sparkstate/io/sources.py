@@ -286,7 +286,7 @@ def kafka_package(spark: "SparkSession | None" = None) -> str:
     >>> kafka_package()
     'org.apache.spark:spark-sql-kafka-0-10_2.13:...'
     """
-    return connectors.kafka_package(None if spark is None else spark.version)
+    return connectors.kafka_coordinates(None if spark is None else spark.version)
 
 
 def _kafka_missing(spark: "SparkSession", spec: SourceSpec) -> ConfigError:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError
+from ..paths import cache_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,8 +81,6 @@ def _server(url: str) -> str:
 
 
 def note_path(url: str, checkpoint: str) -> Path:
-    from ..io.connectors import cache_dir
-
     digest = hashlib.sha256(f"{_server(url)}\n{checkpoint}".encode()).hexdigest()[:20]
     return cache_dir() / "connect-runs" / f"{digest}.json"
 

@@ -36,12 +36,11 @@ from ..pipelines.running_count import running_count
 from ..pipelines.sessionize import LATE_PREFIX, REJECTED, TIME_MODES, sessionize
 from ..pipelines.visited_pages import PAGES_COLUMN, visited_pages
 from ..synthetic.generator import EVENT_SCHEMA
-from .settings import Setting, initial_state_path
+from .settings import Setting, SettingValues, initial_state_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from .config import JobConfig
 
 log = logging.getLogger("sparkstate.jobs")
 
@@ -96,12 +95,12 @@ class JobPipeline:
     name: str
     schema: str
     output_mode: str
-    build: Callable[["DataFrame", JobConfig, "SparkSession"], "DataFrame"]
+    build: Callable[["DataFrame", SettingValues, "SparkSession"], "DataFrame"]
     output_label: str = "rows emitted"
     observe: Callable[[], list["Column"]] | None = None
     refusals: Refusals | None = None
     settings: tuple[Setting, ...] = ()
-    check: Callable[[JobConfig], None] | None = None
+    check: Callable[[SettingValues], None] | None = None
     marker: tuple[Kept, ...] = ()
 
     @property
@@ -114,7 +113,7 @@ class JobPipeline:
         """The input columns, from :attr:`schema`."""
         return column_names(self.schema)
 
-    def marker_of(self, config: JobConfig) -> dict[str, Any]:
+    def marker_of(self, config: SettingValues) -> dict[str, Any]:
         """What a checkpoint of this pipeline records (``_sparkstate_job.json``)."""
         return {"pipeline": self.name, **{k.setting: getattr(config, k.setting) for k in self.marker}}
 
@@ -123,7 +122,7 @@ class JobPipeline:
 CARRY = (RAW, SOURCE)
 
 
-def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
+def _sessionize(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
     # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
@@ -132,7 +131,7 @@ def _sessionize(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "
                       initial_state=_initial(spark, cfg, None))
 
 
-def _engine(cfg: JobConfig) -> str | None:
+def _engine(cfg: SettingValues) -> str | None:
     # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine)
     return cfg.engine
 
@@ -183,12 +182,12 @@ def read_initial_state(spark: "SparkSession", path: str, schema: str | None = IN
         raise ConfigError(f"run: cannot read the initial state {path} as {fmt}: {str(exc).splitlines()[0]}") from None
 
 
-def _initial(spark: "SparkSession", cfg: JobConfig, schema: str | None) -> "DataFrame | None":
+def _initial(spark: "SparkSession", cfg: SettingValues, schema: str | None) -> "DataFrame | None":
     # The initial state applies when the checkpoint is new; the operator ignores it on a restart.
     return read_initial_state(spark, cfg.initial_state, schema) if cfg.initial_state else None
 
 
-def _visited_pages(events: "DataFrame", cfg: JobConfig, spark: "SparkSession") -> "DataFrame":
+def _visited_pages(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
     return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg),
                          checkpoint=cfg.checkpoint)
 
@@ -210,7 +209,7 @@ SESSIONIZE_SETTINGS = (
 )
 
 
-def _check_sessionize(cfg: "JobConfig") -> None:
+def _check_sessionize(cfg: SettingValues) -> None:
     if cfg.time_mode == "event":
         return
     for name in ("watermark", "max_future_skew", "emit_on_last"):

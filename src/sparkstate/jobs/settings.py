@@ -23,7 +23,7 @@ sparkstate.errors.ConfigError: run: trigger: expected a positive duration, got '
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Protocol
 
 from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
@@ -39,6 +39,14 @@ Kind = Literal["text", "path", "bool", "count", "duration", "lateness", "choice"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
+
+
+class SettingValues(Protocol):
+    """A job's settings read as attributes (``cfg.gap``), which is what a
+    :class:`~sparkstate.jobs.config.JobConfig` is: a pipeline's builder and check read them
+    through this, so the pipelines' declarations need not know the config's class."""
+
+    def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True)

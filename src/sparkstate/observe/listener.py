@@ -212,7 +212,7 @@ def add_listener(spark: Any, listener: StreamingQueryListener) -> None:
     an arriving event hangs for good. A no-op listener added once per session keeps
     :func:`remove_listener` from ever removing the last one.
     """
-    from ..session import is_connect
+    from ..spark import is_connect
 
     if is_connect(spark) and spark.session_id not in _anchored:
         spark.streams.addListener(_Anchor())

@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ..errors import SinkError
-from ..session import is_connect
+from ..spark import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
