@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..durations import to_ms
-from ..errors import ConfigError, JobFailedError, SparkStateError
+from ..errors import JobFailedError, SparkStateError
 from ..io.parse import DEAD_LETTER_SCHEMA, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
@@ -53,7 +53,7 @@ from ..owed_batch import owed_batch, queue_owed_batch
 from ..spark import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from . import connect_runs
 from .combined import combined_stream, pipeline_events
-from .config import JobConfig, source_options
+from .config import JobConfig, deadletters_needed, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .marker import check_checkpoint, write_marker
 from .pipelines import JOB_PIPELINES, JobPipeline
@@ -116,10 +116,7 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
         return sink.deadletter_sink
     if sink.kind == "console":
         return parse_sink("console")
-    raise ConfigError(
-        f"run: the sink {sink} has no default place for dead letters (malformed records are never dropped"
-        " silently); pass --deadletter SPEC, e.g. --deadletter json:DIR"
-    )
+    raise deadletters_needed(sink)
 
 
 # --- the one query -------------------------------------------------------------------------------
