@@ -62,7 +62,7 @@ from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("sparkstate.io.sinks")
@@ -130,7 +130,7 @@ class SinkSpec:
         """
         if not self.is_file and self.kind != "delta":
             return None
-        return f"{self.path.rstrip('/')}/{DEADLETTER_DIR}"
+        return f"{(self.path or '').rstrip('/')}/{DEADLETTER_DIR}"
 
     @property
     def deadletter_sink(self) -> "SinkSpec | None":
@@ -147,7 +147,7 @@ class SinkSpec:
         """The postgres connection target (only for ``kind == "postgres"``)."""
         if self.kind != "postgres":
             raise ConfigError(f"SinkSpec: postgres_target is only defined for postgres sinks, this is {self.kind!r}")
-        return PostgresTarget(url=self.url, table=self.table, password=self.password)
+        return PostgresTarget(url=self.url or "", table=self.table or "", password=self.password)  # parse_sink set both
 
     def __str__(self) -> str:
         if self.kind in ("parquet", "json", "delta"):
@@ -231,12 +231,12 @@ def parse_sink(text: str) -> SinkSpec:
 
 # --- checks on local paths before starting -------------------------------------------------
 
-def _numbered(directory: str, spark: object = None) -> list[int]:
+def _numbered(directory: str, spark: "SparkSession | None" = None) -> list[int]:
     return sorted(int(n.split(".")[0]) for n in fs.list_names(directory, spark) if n.split(".")[0].isdigit())
 
 
 def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
-                     layout: str | None = None, spark: object = None) -> None:
+                     layout: str | None = None, spark: "SparkSession | None" = None) -> None:
     """Refuse, before anything starts, what would silently lose or hide output (any filesystem Spark reaches).
 
     A memory sink on a checkpoint with progress (Spark cannot recover it); a file sink directory
@@ -253,7 +253,7 @@ def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
 
 
 def _check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str, layout: str | None,
-                      spark: object) -> None:
+                      spark: "SparkSession | None") -> None:
     layout = layout or ("log" if output_mode == "append" else "batches")
     ck = checkpoint or None
     fresh = ck is not None and not _numbered(fs.join(ck, "commits"), spark) and not _numbered(fs.join(ck, "offsets"), spark)

@@ -46,7 +46,7 @@ from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_li
 from ..spark import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from . import connect_runs
-from .config import JobConfig, source_options
+from .config import JobConfig, deadletters_needed, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .pipelines import JOB_PIPELINES, JobPipeline, Refusals
 from .tee import DEAD, OUT, JobTee
@@ -107,10 +107,7 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
         return sink.deadletter_sink
     if sink.kind == "console":
         return parse_sink("console")
-    raise ConfigError(
-        f"run: the sink {sink} has no default place for dead letters (malformed records are never dropped"
-        " silently); pass --deadletter SPEC, e.g. --deadletter json:DIR"
-    )
+    raise deadletters_needed(sink)
 
 
 # --- the checkpoint: whose is it? ----------------------------------------------------------------

@@ -116,7 +116,9 @@ class SessionLogic(BucketLogic):
         rows: list = []
         for k, values in zip(keys, zip(*cols)):
             row = SessionRow(k, values[TIME], values[DATA], values[LAST], values[REASON], values[CARRY:])
-            rows.append(self.sessionizer.rejected_row(k, row, self.sessionizer.refusal(row, wm)))
+            reason = self.sessionizer.refusal(row, wm)
+            assert reason is not None, "a refused row has a reason"  # the rows were picked by their refusal
+            rows.append(self.sessionizer.rejected_row(k, row, reason))
         return rows, keys
 
     # -- one call -----------------------------------------------------------------------------------
