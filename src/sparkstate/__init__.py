@@ -18,7 +18,7 @@ from .errors import (
 )
 from .batch_state import StateBatch, StateUpdate
 from .batches import map_batches_with_state
-from .engines import BatchedEngine, TransformWithStateEngine
+from .engines import BatchedEngine, InBandEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
 from .session import spark_session
@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchedEngine",
+    "InBandEngine",
     "ConfigError",
     "GroupState",
     "GroupStateTimeout",

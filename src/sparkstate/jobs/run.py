@@ -413,7 +413,7 @@ def _stop(query: Any, listener: MetricsListener) -> None:
     """Stop after the running micro-batch; let the listener record the last batch before totals are read."""
     stop_after_current_batch(query)
     last = query.lastProgress
-    listener.wait_for(query, None if last is None else last.batchId, timeout_s=5.0)
+    listener.wait_for(query, None if last is None else last["batchId"], timeout_s=5.0)  # a dict on PySpark 3.5
 
 
 def _result(config: JobConfig, job: _Job, t: RunTotals, query_id: str, stopped_by: StoppedBy,
