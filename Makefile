@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test jvm-archive bench bench-loop bench-scaleout soak install clean pg kafka s3 fuzz
+.PHONY: demo test jvm-archive bench bench-loop bench-latency bench-scaleout soak install clean pg kafka s3 fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,7 +53,10 @@ jvm-archive: $(STAMP)
 # of its time waiting (triggers, JVM and Python worker start-up, child jobs), so two share 2 cores well.
 # PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
+# The quality gates first (settings: pyproject.toml's [tool.ruff] and [tool.mypy]), then the suite.
 test: $(STAMP) pg kafka s3 jvm-archive
+	$(PY) -m ruff check src
+	$(PY) -m mypy
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # Property-based fuzzing of hostile input (every tests/io/test_hostile_*.py) with many more records per
@@ -76,6 +79,12 @@ bench: $(STAMP)
 
 bench-loop: $(STAMP)
 	$(PY) -m benchmarks.loop $(LOOP_ARGS)
+
+# Latency (benchmarks/latency.py): Kafka in -> the stateful job -> Kafka out through a local broker,
+# each contender in its own JVM: the one-record floor, p50/p95/p99 at fixed rates, the sustained rate.
+# LATENCY_ARGS="--quick" for a smoke run; "--workload count --rates 1000,10000 --seconds 30" to choose.
+bench-latency: $(STAMP) kafka
+	$(PY) -m benchmarks.latency $(LATENCY_ARGS)
 
 # Scale-out (benchmarks/scaleout.py): running-count on a standalone cluster of 1, 2 and 3 one-core
 # workers started here; stateful tasks per stage, events/s, and a 100-node projection from the

@@ -66,6 +66,7 @@ from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN
 from sparkstate.engines.batched.grouping import gc_paused
 from sparkstate.engines.batched.processor import BucketProcessor
 from sparkstate.group_state import GroupStateTimeout
+from sparkstate.pipelines.columnar_sessionizer import SessionLogic
 from sparkstate.pipelines.sessionizer import OpenSession, Sessionizer
 from sparkstate.testing import GroupStateHarness
 from sparkstate.types import Codec, encoder_for
@@ -200,6 +201,7 @@ def plan_for(workload: str) -> tuple[StatePlan, dict]:
         state_codec=Codec.of(state_type, "state_type"), output_schema=out, output_encoder=encoder_for(out, "output"),
         timeout=timeout, keep_expired_state=False, state_ttl_ms=None, value_decoder=None, output_mode=mode,
         has_watermark=watermark, streaming=True,
+        bucket_logic=SessionLogic(func, out.names) if workload == "sessions" else None,
     )
     return plan, dict(func=func, state_type=state_type, timeout=timeout, flat=flat, start_time_ms=PT0_MS)
 

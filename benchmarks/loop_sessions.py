@@ -1,6 +1,7 @@
 """``python -m benchmarks.loop_sessions``: event-time sessionize on one bucket, without Spark: the
-columnar sessionizer (``SessionProcessor``, what the batched engine runs for it) beside the
-per-key loop (``BucketProcessor`` calling ``Sessionizer`` per key) on the same input.
+columnar sessionizer (``SessionLogic``, which the batched engine runs for it through its
+``LogicProcessor``) beside the per-key loop (``BucketProcessor`` calling ``Sessionizer`` per key) on
+the same input.
 
 Both get the sessions batches of :mod:`benchmarks.loop` (every key of the bucket touched in every
 batch, unpacked pandas rows as an event-time input arrives) through that module's in-memory
@@ -22,8 +23,8 @@ import pandas as pd
 from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN
+from sparkstate.engines.batched.logic import LogicProcessor
 from sparkstate.engines.batched.processor import BucketProcessor
-from sparkstate.pipelines.batch_sessionizer import SessionProcessor
 
 from . import loop
 
@@ -52,7 +53,7 @@ def _call(proc: Any, b: Any) -> list:
 def run(keys: int = 25_000, batches: int = 5, events_per_key: int = 5, repeats: int = 3) -> dict:
     data = loop.make_batches("sessions", keys, batches, events_per_key)
     contenders = {name: (lambda cls=cls: _processor(cls), _call)
-                  for name, cls in (("columnar", SessionProcessor), ("per-key", BucketProcessor))}
+                  for name, cls in (("columnar", LogicProcessor), ("per-key", BucketProcessor))}
     per_key, outputs = loop.side_by_side(data, contenders, keys, repeats, _rows)
     if outputs["columnar"] != outputs["per-key"]:
         raise AssertionError("the columnar sessionizer's outputs differ from the per-key loop's")

@@ -73,8 +73,11 @@ class TwsSessionizer(StatefulProcessor):
     strictly after, so the timer is registered 1 ms later.
     """
 
-    def __init__(self, gap_ms: int) -> None:
+    def __init__(self, gap_ms: int, emit_on_last: bool = False) -> None:
         self.gap_ms = gap_ms
+        #: A session closed by a flag is emitted in the batch that reads the flag (sessionize's
+        #: ``emit_on_last=True``), not when the watermark reaches it.
+        self.emit_on_last = emit_on_last
 
     def init(self, handle: Any) -> None:
         self.handle = handle
@@ -107,14 +110,14 @@ class TwsSessionizer(StatefulProcessor):
             prev_t, prev_last = t, last
         if times:
             sessions.append((times, data, prev_last))
-        out = []
-        i = 0
+        # Final sessions are emitted, the others kept (without emit_on_last the final ones are
+        # the leading ones: a later session ends later).
+        out, rest = [], []
         for times, data, closed in sessions:
-            if (times[-1] - 1 if closed else times[-1] + self.gap_ms) >= watermark:
-                break
-            out.append(self._row(k, times, data, closed))
-            i += 1
-        rest = sessions[i:]
+            if (closed and self.emit_on_last) or (times[-1] - 1 if closed else times[-1] + self.gap_ms) < watermark:
+                out.append(self._row(k, times, data, closed))
+            else:
+                rest.append((times, data, closed))
         if not rest:
             if stored is not None:
                 self.session.clear()

@@ -200,7 +200,7 @@ def _run_text(cmd: list[str]) -> str:
 def machine() -> dict:
     import pyspark
 
-    from sparkstate.session import default_config
+    from sparkstate.spark import default_config
 
     return {
         "cores": os.cpu_count(),

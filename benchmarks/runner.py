@@ -31,7 +31,7 @@ MASTER = "local[2]"
 
 
 def bench_config(jar: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The settings every contender shares, on top of ``sparkstate.session.default_config()``
+    """The settings every contender shares, on top of ``sparkstate.spark.default_config()``
     (RocksDB, changelog checkpointing, UTC)."""
     cfg = {
         "spark.sql.shuffle.partitions": "2",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -225,15 +226,15 @@ def test_run_settings_flags_over_env_over_config_file(tmp_path):
         "trigger: 5 seconds\nwatermark: 30 seconds\noptions:\n  maxFilesPerTrigger: 1\n"
     )
     env = {"SPARKSTATE_SINK": "parquet:from-env", "SPARKSTATE_GAP": "2 minutes", "SPARKSTATE_ONCE": "true",
-           "SPARKSTATE_CONFIG": str(cfg_file)}
+           "SPARKSTATE_CONFIG": str(cfg_file), "SPARKSTATE_CHECKPOINT": "ck"}
     args = build_parser().parse_args(["run", "--gap", "1 minute", "--option", "latestFirst=false"])
     cfg = job_config(args, env)
-    assert cfg.pipeline == "sessionize" and cfg.source == "files:from-file"  # config file
-    assert cfg.sink == "parquet:from-env" and cfg.once is True  # environment over the file
+    assert cfg.pipeline == "sessionize" and cfg.source == "files:" + os.path.abspath("from-file")  # config file
+    assert cfg.sink == "parquet:" + os.path.abspath("from-env") and cfg.once is True  # environment over the file
     assert cfg.gap == "1 minute"  # flag over environment
     assert cfg.trigger == "5 seconds" and cfg.watermark == "30 seconds"
     assert cfg.options == {"latestFirst": "false"}  # flags' options replace the file's
-    assert cfg.time_mode == "event" and cfg.checkpoint is None  # defaults
+    assert cfg.time_mode == "event" and cfg.metrics is None  # defaults
 
     args = build_parser().parse_args(["run", "running-count", "--no-once", "--config", str(cfg_file)])
     cfg = job_config(args, env)
@@ -245,7 +246,7 @@ def test_bad_settings_are_refused_before_spark_starts(tmp_path, capsys):
     bad.write_text('pipeline = "sessionize"\nsource = "files:in"\nsinks = "console"\n')
     assert main(["run", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert f"config file {bad}: unknown setting 'sinks'; known settings: pipeline, source, sink," in err
+    assert f"config file {bad}: unknown setting 'sinks'; known settings: pipeline, source, format, sink," in err
     assert main(["run", "sessionize", "--source", "nowhere:x"]) == 2
     assert "source 'nowhere:x': expected one of" in capsys.readouterr().err
 
@@ -276,13 +277,13 @@ def test_the_readme_commands_run_as_written(spark, tmp_path, monkeypatch, capsys
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Running the pipelines", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
-    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
-    assert [c[:2] for c in commands] == [[".venv/bin/sparkstate", "generate"], [".venv/bin/sparkstate", "run"]]
+    commands = [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["sparkstate", "generate"], ["sparkstate", "run"], ["sparkstate", "state"]]
     monkeypatch.chdir(tmp_path)
     for command in commands:
         assert main(command[1:]) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
-    assert "Wrote 2000 records" in printed and "caught up (--once)" in printed
+    assert "Wrote 2000 records" in printed and "caught up (--once)" in printed and "keys shown" in printed
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum(m["rows_in"] for m in metrics if m["query"] == "output") == 2000
     assert metrics[-1]["dead_letters_total"] > 0 and (tmp_path / "sessions" / "_deadletter").is_dir()

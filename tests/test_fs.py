@@ -29,6 +29,12 @@ def _exercise(root: str, spark=None) -> None:
     assert fs.total_bytes(root, spark) == 2 + 20 and fs.total_bytes(fs.join(root, "a", "m.json"), spark) == 2
     with pytest.raises(FileNotFoundError):
         fs.read_text(fs.join(root, "a", "missing"), spark)
+    fs.write_text(fs.join(root, "s", "d", "p.json"), "[]", spark)
+    fs.rename(fs.join(root, "s", "d"), fs.join(root, "t", "d"), spark)  # a directory, into a new parent
+    assert fs.read_text(fs.join(root, "t", "d", "p.json"), spark) == "[]"
+    assert not fs.exists(fs.join(root, "s", "d"), spark)
+    fs.delete(fs.join(root, "t"), spark)
+    fs.delete(fs.join(root, "s"), spark)
     fs.delete(fs.join(root, "a", "m.json"), spark)
     assert fs.list_names(fs.join(root, "a"), spark) == ["n.txt"]
     fs.delete(root, spark)
@@ -60,6 +66,8 @@ def test_s3a_paths_through_pyarrow_where_there_is_no_jvm(spark, s3_bucket):
     fs.write_text(fs.join(root, "x", "n.json"), "{}", spark)
     assert at_dir.list_names() == ["m.json", "n.json"] and at_dir.is_dir() and at_file.exists()
     assert at_root.total_bytes() == 10 and at_file.read_bytes() == b'{"a": 1}'
+    at_dir.rename(fs.join(root, "y"))  # a directory: moved file by file
+    assert fs.list_names(fs.join(root, "y"), spark) == ["m.json", "n.json"] and not at_dir.exists()
 
 
 def test_delta_storage_options_come_from_the_s3a_settings(spark, s3_bucket, s3_server):

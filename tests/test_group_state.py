@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import sparkstate as ss
-from sparkstate.group_state import NO_WATERMARK, GroupState, Outcome, State, initial_timeout, is_due, run_call, timer_for
+from sparkstate.engines.rules import Outcome, initial_timeout, is_due, run_call, timer_for
+from sparkstate.group_state import NO_WATERMARK, GroupState, State
 
 PT = ss.GroupStateTimeout.ProcessingTimeTimeout
 ET = ss.GroupStateTimeout.EventTimeTimeout

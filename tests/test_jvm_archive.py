@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sparkstate import jvm_archive
+from sparkstate.jobs import archive_job
 
 # A child that starts a session the way users do, runs a job, and reports whether its JVM mapped the archive.
 CHILD = """
@@ -40,7 +41,7 @@ def archive() -> Path:
     path = jvm_archive.archive_path()
     assert path is not None, "no java found"
     if not path.is_file():
-        made, mb = jvm_archive.build()
+        made, mb = archive_job.build()
         assert made == path and mb > 10
     return path
 

@@ -183,7 +183,7 @@ def test_engine_name_is_checked(events):
 
 
 def test_session_without_rocksdb_is_fixed_with_a_warning(spark, events):
-    from sparkstate import session as session_mod
+    from sparkstate import spark as session_mod
 
     key = "spark.sql.streaming.stateStore.providerClass"
     before = spark.conf.get(key)

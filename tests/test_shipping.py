@@ -235,7 +235,8 @@ def test_which_modules_travel_by_value(tmp_path, monkeypatch):
 
 
 def test_an_import_inside_the_function_that_fails_on_a_worker_names_the_module():
-    from sparkstate.group_state import GroupState, run_call
+    from sparkstate.engines.rules import run_call
+    from sparkstate.group_state import GroupState
 
     def enrich(user, rows, state):
         import shop_catalogue_not_installed  # noqa: F401  (run at call time, on the worker)

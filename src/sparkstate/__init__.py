@@ -5,6 +5,8 @@ state, and state that survives restarts and schema changes, on PySpark's transfo
 and the RocksDB state store. The public names are those of ``docs/api.md`` (the API reference).
 """
 
+from importlib import metadata as _metadata
+
 from . import pipelines, state, testing
 from .errors import (
     ConfigError,
@@ -16,15 +18,18 @@ from .errors import (
     UserFunctionError,
     WorkerImportError,
 )
-from .batch_state import StateBatch, StateUpdate
-from .batches import map_batches_with_state
+from .state_batch import StateBatch, StateUpdate
+from .vectorized import map_batches_with_state
 from .engines import BatchedEngine, InBandEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
-from .session import spark_session
+from .spark import spark_session
 from .spec import StateSpec
 
-__version__ = "0.1.0"
+try:  # the one version string is pyproject.toml's, read from the installed package's metadata
+    __version__ = _metadata.version("sparkstate")
+except _metadata.PackageNotFoundError:  # sources on the path without an install
+    __version__ = "0+unknown"
 
 __all__ = [
     "BatchedEngine",

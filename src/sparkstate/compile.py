@@ -1,7 +1,7 @@
 """The plan compiler: every keyed-state API is checked and compiled here, and its engine chosen once.
 
 ``map_groups_with_state`` and the operators built on it (:mod:`.operators`), the vectorized
-``map_batches_with_state`` (:mod:`.batches`), the pipelines and ``sparkstate run`` all end in
+``map_batches_with_state`` (:mod:`.vectorized`), the pipelines and ``sparkstate run`` all end in
 :func:`compile_plan`: it validates the input, the key, the state and output types, the timeout,
 the initial state and a checkpoint's stored state, decides the engine (:func:`choose_engine`),
 and returns a :class:`Compiled` query that :meth:`Compiled.dataframe` hands to that engine.
@@ -23,12 +23,12 @@ from pyspark.sql.types import StructType
 
 from .durations import Duration, positive_ms
 from .engines import TTL_ENGINE, Engine, StatePlan, default_engine, get_engine
-from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, has_watermark, initial_key_column
+from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, BucketLogic, has_watermark, initial_key_column
 from .engines.evolution import inspect_checkpoint, key_struct
 from .engines.runtime import TRANSFORM_WITH_STATE_ROWS, require
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupStateTimeout
-from .session import check_session
+from .spark import check_session
 from .shipping import ship_user_modules
 from .types import Codec, encoder_for, parse_schema, record_decoder
 
@@ -112,13 +112,19 @@ def compile_plan(
     checkpoint: str | os.PathLike | None = None,
     event_time_column: str | None = None,
     vectorized: bool = False,
+    bucket_logic: BucketLogic | None = None,
 ) -> Compiled:
-    """Validate everything, choose the engine and compile a :class:`StatePlan` (see the module doc)."""
+    """Validate everything, choose the engine and compile a :class:`StatePlan` (see the module doc).
+
+    ``bucket_logic``: ``func``'s rules over a bucket of keys at a time (:class:`~.engines.base.BucketLogic`),
+    which an engine that groups keys runs instead of calling ``func`` per key."""
+    if bucket_logic is not None and not isinstance(bucket_logic, BucketLogic):
+        raise ConfigError(f"{operator_name}: bucket_logic must be an engines.base.BucketLogic, got {bucket_logic!r}")
     _check_input(df, func, operator_name, vectorized)
     keys = key_columns(df, key, operator_name)
     codec = state_codec(state_type, operator_name)
     if vectorized:
-        from .batch_state import BOOKKEEPING
+        from .state_batch import BOOKKEEPING
 
         clash = [f for f in codec.fields if f in keys or f in BOOKKEEPING]
         if clash:
@@ -164,6 +170,7 @@ def compile_plan(
         initial_idle_timeout_ms=initial_idle_timeout_ms,
         # A static input has no watermark to carry on (Spark refuses the column there).
         event_time_column=event_time_column if df.isStreaming else None,
+        bucket_logic=bucket_logic,
     )
     return Compiled(chosen, plan, init_df)
 

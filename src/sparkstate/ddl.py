@@ -44,7 +44,9 @@ def column_names(ddl: str) -> list[str]:
     >>> column_names("user_id string, amount decimal(10,2), tags map<string, int>, `a,b` int")
     ['user_id', 'amount', 'tags', 'a,b']
     """
-    columns, depth, quoted, part = [], 0, False, []
+    columns: list[str] = []
+    part: list[str] = []
+    depth, quoted = 0, False
     for ch in ddl + ",":
         if ch == "`":
             quoted = not quoted

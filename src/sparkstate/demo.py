@@ -127,7 +127,8 @@ def _open_sessions(spark: Any, checkpoint: Path) -> int:
     if state.isEmpty():
         return 0
     n = state.select(F.sum(F.when(F.size("sizes") > 0, F.size("sizes")).when(F.size("events") > 0, 1).otherwise(0)))
-    return int(n.first()[0] or 0)
+    row = n.first()
+    return int(row[0] or 0) if row is not None else 0
 
 
 def _parse_watermark(text: str | None) -> datetime | None:

@@ -74,7 +74,7 @@ def _session(spark: "SparkSession | None") -> "SparkSession | None":
 
 
 def _jvm_of(spark: "SparkSession | None") -> Any:
-    from .session import is_connect
+    from .spark import is_connect
 
     if spark is None or is_connect(spark):
         return None
@@ -115,6 +115,11 @@ class _Local:
         elif self.p.exists() or self.p.is_symlink():
             self.p.unlink()
 
+    def rename(self, dst: str) -> None:
+        target = Path(local_path(dst) or dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.p, target)
+
     def total_bytes(self) -> int:
         if self.p.is_file():
             return self.p.stat().st_size
@@ -125,7 +130,7 @@ class _Hadoop:
     """Spark's Hadoop FileSystem for the path, with the session's Hadoop configuration."""
 
     def __init__(self, spark: "SparkSession", path: str) -> None:
-        jvm = spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = spark._jvm  # a classic session's gateway (never None there)
         conf = spark._jsparkSession.sessionState().newHadoopConf()  # type: ignore[attr-defined]
         self.jvm = jvm
         self.path = path
@@ -171,6 +176,12 @@ class _Hadoop:
 
     def delete(self) -> None:
         self.fs.delete(self.p, True)
+
+    def rename(self, dst: str) -> None:
+        target = self.jvm.org.apache.hadoop.fs.Path(dst)
+        self.fs.mkdirs(target.getParent())
+        if not self.fs.rename(self.p, target):
+            raise OSError(f"{self.path}: could not rename it to {dst}")
 
     def total_bytes(self) -> int:
         if not self.fs.exists(self.p):
@@ -313,6 +324,21 @@ class _Arrow:
         elif kind != pafs.FileType.NotFound:
             self.fs.delete_file(self.p)
 
+    def rename(self, dst: str) -> None:
+        import pyarrow.fs as pafs
+
+        parts = urlsplit(dst)
+        target = (parts.netloc + parts.path if parts.scheme in _S3_SCHEMES
+                  else pafs.FileSystem.from_uri(dst)[1]).rstrip("/")
+        if self._info().type != pafs.FileType.Directory:
+            self.fs.move(self.p, target)
+            return
+        # Object stores move files, not directories: one file after another, then the directory.
+        for info in self.fs.get_file_info(pafs.FileSelector(self.p, recursive=True)):
+            if info.type == pafs.FileType.File:
+                self.fs.move(info.path, target + info.path[len(self.p):])
+        self.fs.delete_dir(self.p)
+
     def total_bytes(self) -> int:
         import pyarrow.fs as pafs
 
@@ -390,10 +416,16 @@ def delete(path: str | os.PathLike, spark: "SparkSession | None" = None) -> None
     _call(path, spark, "delete")
 
 
+def rename(path: str | os.PathLike, dst: str | os.PathLike, spark: "SparkSession | None" = None) -> None:
+    """Move the file or directory ``path`` to ``dst`` on the same filesystem (parent directories made).
+    One atomic step on a local disk and HDFS; on object stores each file is copied and deleted."""
+    _call(path, spark, "rename", os.fspath(dst))
+
+
 def total_bytes(path: str | os.PathLike, spark: "SparkSession | None" = None) -> int:
     """The bytes of the files under ``path`` (0 when it does not exist)."""
     return int(_call(path, spark, "total_bytes"))
 
 
-__all__ = ["FsUnavailable", "delete", "exists", "is_dir", "is_local", "join", "list_names", "read_text",
+__all__ = ["FsUnavailable", "delete", "exists", "is_dir", "is_local", "join", "list_names", "read_text", "rename",
            "s3_settings", "storage_options", "total_bytes", "write_text"]

@@ -4,9 +4,10 @@ A local Spark driver loads some 20,000 classes from pyspark's jars before its fi
 reads, verifies and links each one, and that is most of the 11 s a session takes to start on two
 cores (and again most of its first job). Java 17's class-data sharing keeps those classes in an
 archive, already parsed and verified, and maps it at start-up. The archive is made once, by a
-JVM that runs a small sessionize job (:func:`build`: ``sparkstate jvm-archive``, which ``make``
-runs), and :func:`~sparkstate.spark_session` passes it to every local driver it starts
-afterwards (``-XX:SharedArchiveFile``, through ``SPARK_SUBMIT_OPTS``).
+JVM that runs a small sessionize job (:func:`sparkstate.jobs.archive_job.build`: ``sparkstate
+jvm-archive``, which ``make test`` runs first), and :func:`~sparkstate.spark_session` passes it to every
+local driver it starts afterwards (``-XX:SharedArchiveFile``, through ``SPARK_SUBMIT_OPTS``).
+This module is that run-time half: where the archive is and the start-up option.
 
 An archive fits one JVM build and one classpath (pyspark's jars, each of its size and time), so
 its file name is a hash of both (:func:`archive_path`): another Java, another pyspark or the same
@@ -24,12 +25,11 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from .paths import cache_dir
 
 log = logging.getLogger("sparkstate")
 
@@ -41,6 +41,8 @@ USE_OPTION = "-XX:SharedArchiveFile="
 SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"
 #: The JVM option that writes one at exit, with every class the JVM loaded (Java 13+).
 RECORD_OPTION = "-XX:ArchiveClassesAtExit="
+#: Options that already name an archive (to map, or to record): the launch is left alone.
+ARCHIVE_OPTIONS = ("SharedArchiveFile", "ArchiveClassesAtExit")
 
 
 def _java() -> Path | None:
@@ -53,8 +55,6 @@ def _java() -> Path | None:
 def archive_path() -> Path | None:
     """Where the archive for this Java and this pyspark is (or would be); ``None`` without a Java."""
     import pyspark
-
-    from .io.connectors import cache_dir
 
     java = _java()
     if java is None:
@@ -92,7 +92,7 @@ def launching_with_archive(java_options: str | None = None) -> Iterator[None]:
     """
     before = os.environ.get(SUBMIT_OPTS)
     mine = " ".join(filter(None, [java_options, before]))
-    option = None if ("SharedArchiveFile" in mine or "ArchiveClassesAtExit" in mine) else driver_option()
+    option = None if any(o in mine for o in ARCHIVE_OPTIONS) else driver_option()
     if option is None:
         yield
         return
@@ -113,65 +113,3 @@ def remove_stale(path: Path) -> list[Path]:
     for p in gone:
         p.unlink(missing_ok=True)
     return gone
-
-
-def build(timeout_s: float = 900.0) -> tuple[Path, float]:
-    """Make the archive for this Java and pyspark (replacing one that is there); its path and size in MB.
-
-    A child process starts a local session with the recording option, runs a small sessionize
-    job into Parquet with a checkpoint (so the classes of the state store, the file source and
-    sink and the Python runners are loaded too) and stops; its JVM writes the archive as it exits,
-    under a temporary name that is renamed into place once the JVM is gone.
-    """
-    from .errors import SparkStateError
-
-    path = archive_path()
-    if path is None:
-        raise SparkStateError("jvm-archive: no java found (set JAVA_HOME, or put java on PATH)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    env = {**os.environ, ENV: "off"}
-    try:
-        done = subprocess.run([sys.executable, "-m", "sparkstate.jvm_archive", str(partial)], env=env,
-                              capture_output=True, text=True, timeout=timeout_s)
-        if done.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise SparkStateError(f"jvm-archive: the recording JVM wrote no archive ({tail[0]})")
-        os.replace(partial, path)
-        remove_stale(path)
-    except subprocess.TimeoutExpired:
-        raise SparkStateError(f"jvm-archive: the recording run took over {timeout_s:.0f} s") from None
-    finally:
-        partial.unlink(missing_ok=True)
-    return path, path.stat().st_size / 1e6
-
-
-def _record(target: str) -> None:
-    """The child of :func:`build`: a session that records ``target`` at exit, a small job, then exit."""
-    from pyspark import SparkContext
-
-    from .jobs import JobConfig, run_pipeline
-    from .jobs.generate import generate_files
-    from .session import spark_session
-    from .synthetic import StreamConfig
-
-    spark = spark_session("sparkstate-jvm-archive", config={
-        "spark.driver.extraJavaOptions": f"{RECORD_OPTION}{target}"})
-    with tempfile.TemporaryDirectory(prefix="sparkstate-jvm-archive-") as d:
-        root = Path(d)
-        generate_files(root / "in", StreamConfig(users=10, seed=1, events=300, rate=0, malformed_share=0.02), files=2)
-        run_pipeline(spark, JobConfig("sessionize", source=f"files:{root / 'in'}", format="json",
-                                      sink=f"parquet:{root / 'out'}", checkpoint=str(root / "ck"), gap="1 minute",
-                                      time_mode="event", watermark="0 seconds", once=True))
-        spark.read.parquet(str(root / "out")).count()
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
-    spark.stop()
-    if proc is not None:  # the JVM writes the archive when it exits: wait for it
-        gateway.shutdown()
-        proc.stdin.close()
-        proc.wait(timeout=600)
-
-
-if __name__ == "__main__":
-    _record(sys.argv[1])

@@ -1,4 +1,5 @@
-"""Paths a user gives (checkpoints, sinks, sources): local ones told apart from URIs.
+"""Paths a user gives (checkpoints, sinks, sources): local ones told apart from URIs; and where
+sparkstate keeps its own files (:func:`cache_dir`).
 
 A relative local path is made absolute before it reaches Spark: a Spark Connect server (and an
 executor) resolves relative paths against a working directory of its own.
@@ -38,3 +39,10 @@ def absolute_path(path: str | os.PathLike) -> str:
 
 
 __all__ = ["absolute_path", "local_path"]
+
+
+def cache_dir() -> Path:
+    """Where sparkstate keeps what it fetches and makes (connector classpaths, the JVM archive, Connect
+    run notes): ``$SPARKSTATE_CACHE``, else ``~/.cache/sparkstate``."""
+    env = os.environ.get("SPARKSTATE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "sparkstate"

@@ -1,7 +1,7 @@
 """Unit-test a state function without Spark: :class:`GroupStateHarness`.
 
 The harness keeps state in memory and moves time by hand, and it decides timeouts and expiry
-with the same code as the Spark engines (:mod:`sparkstate.group_state`: ``run_call``, ``due_keys``,
+with the same code as the Spark engines (:mod:`sparkstate.engines.rules`: ``run_call``, ``due_keys``,
 ``initial_timeout``). State goes
 through the same codec as on Spark, so a value that cannot be stored fails here too, and
 mutating a state object without calling ``update`` is lost here as it is on Spark.
@@ -37,7 +37,8 @@ from typing import Any, Container, Iterable, Mapping
 
 from .durations import Duration, Instant, instant_ms, to_ms
 from .errors import ConfigError, StateTypeError
-from .group_state import NO_WATERMARK, GroupState, GroupStateTimeout, GroupFunc, due_keys, initial_timeout, run_call
+from .engines.rules import due_keys, initial_timeout, run_call
+from .group_state import NO_WATERMARK, GroupFunc, GroupState, GroupStateTimeout
 from .types import Codec
 
 __all__ = ["BatchStateHarness", "GroupStateHarness", "ManualClock"]
@@ -219,7 +220,7 @@ class BatchStateHarness:
     it: ``batch.rows`` holds the rows given (a key's rows together, in the order given),
     ``batch.state`` the keys with rows, then the other keys whose timeout is due. The rules that
     build ``batch.state`` and apply the returned :class:`~sparkstate.StateUpdate` are the
-    engine's own (:class:`sparkstate.batch_state.BatchRules`). ``output_type`` (a dataclass or
+    engine's own (:class:`sparkstate.engines.batch_rules.BatchRules`). ``output_type`` (a dataclass or
     ``StructType``), when given, checks the outputs as the engine does.
 
     >>> import pandas as pd, sparkstate as ss
@@ -311,7 +312,7 @@ class BatchStateHarness:
         if frame is None or not len(frame):  # the columns (and dtypes) of the rows seen last
             frame = self._no_rows if self._no_rows is not None else pd.DataFrame(columns=list(self.key_columns))
         wm = self._watermark.now_ms if self._event_time else NO_WATERMARK
-        from .batch_state import NO_ENTRY
+        from .engines.batch_rules import NO_ENTRY
 
         output, writes = rules.call(frame, keys, [self._entries.get(k, NO_ENTRY) for k in keys], n_input,
                                     self._clock.now_ms, wm, self._event_time, key_index)
@@ -357,7 +358,7 @@ class BatchStateHarness:
             import pyarrow as pa
             from pyspark.sql.pandas.types import from_arrow_type
 
-            from .batch_state import BatchRules
+            from .engines.batch_rules import BatchRules
 
             if frame is not None:
                 types = [pa.Array.from_pandas(frame[c]).type for c in self.key_columns]

@@ -17,7 +17,7 @@ import pytest
 import sparkstate as ss
 from sparkstate.errors import ConfigError
 from sparkstate.io.sinks import start_sink
-from sparkstate.session import ROCKSDB_PROVIDER, check_connect_settings, is_connect
+from sparkstate.spark import ROCKSDB_PROVIDER, check_connect_settings, is_connect
 from sparkstate.synthetic import EVENT_SCHEMA, Session, generate_events, reference_sessions
 from tests.pipelines.test_sessionize_order import (
     Landing, _ms, _rows, crafted, disordered, ordered, watermarks,

@@ -13,6 +13,8 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
+import pyarrow.dataset as ds
 import pytest
 
 from sparkstate.jobs import JobConfig, run_pipeline
@@ -59,6 +61,9 @@ def test_run_and_state_with_remote_restarted_exactly(spark, connect_url, tmp_pat
     expected = Counter(reference_sessions(read_events(files), GAP, watermark=final))
     assert written == expected and sum(written.values()) > 20
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("batch_id="))  # over Connect: a directory per batch
+    # Staged beside the server and moved into place: pandas and pyarrow read the same rows.
+    assert len(pd.read_parquet(out)) == len(ds.dataset(out, partitioning="hive").to_table()) == sum(written.values())
+    assert (out / "_sparkstate_tmp").is_dir() and [p for p in (out / "_sparkstate_tmp").rglob("*") if p.is_file()] == []
     dead = spark.read.parquet(str(out / "_deadletter")).collect()
     assert [(r.reason, r.raw) for r in dead] == [("not valid JSON", MALFORMED.rstrip("\n"))]
 

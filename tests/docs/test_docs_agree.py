@@ -372,3 +372,80 @@ def test_every_dated_raw_file_named_in_the_docs_is_in_docs_bench():
     assert len(named) >= 20
     missing = sorted(f"{doc}: {name}" for doc, name in named if not list(bench.glob(Path(name).name)))
     assert not missing, "\n".join(missing)
+
+
+# --- settings: the declarations (sparkstate.jobs.settings) ------------------------------------
+
+
+def test_every_sparkstate_variable_in_the_docs_is_a_declared_setting_or_read_by_the_code():
+    """`SPARKSTATE_TIME_MODE` in a doc is the variable of a declared setting; the others the docs
+    name (SPARKSTATE_CACHE, SPARKSTATE_JVM_ARCHIVE, ...) are read somewhere in src/ or tests/."""
+    from sparkstate.jobs.config import all_settings
+    from sparkstate.jobs.settings import ENV_PREFIX
+
+    declared = {s.env for s in all_settings().values()} | {ENV_PREFIX + "PIPELINE", ENV_PREFIX + "CONFIG"}
+    code = "\n".join(p.read_text() for d in ("src", "tests") for p in (ROOT / d).rglob("*.py"))
+    named = {(_rel(doc), v) for doc in DOCS for v in re.findall(r"\bSPARKSTATE_[A-Z_]*[A-Z]\b", doc.read_text())}
+    assert len(named) >= 5
+    wrong = sorted(f"{doc}: {v}" for doc, v in named if v not in declared and f'"{v}"' not in code)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_declared_setting_has_its_flag_and_help():
+    """`sparkstate run --help` shows each declared setting with its variable (one flag per declaration)."""
+    from sparkstate.jobs.config import all_settings
+
+    run = _flags(commands()[("run",)])
+    for s in all_settings().values():
+        assert s.flag in run, s.name
+        assert s.env in (run[s.flag].help or ""), s.name
+        assert len(run[s.flag].help) > 20, s.name
+
+
+# --- the package: README's versions and extras are pyproject.toml's ---------------------------
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _range(spec: str) -> set[str]:
+    """`pandas>=2.2,<3` -> {">=2.2", "<3"}; README's ">= 2.2, < 3" the same."""
+    return {p.replace(" ", "") for p in re.split(r",", re.sub(r"^[A-Za-z0-9_.\[\]-]+", "", spec.split(";")[0])) if p.strip()}
+
+
+def test_readme_versions_table_is_the_declared_dependencies():
+    """Each dependency README.md's "Supported versions" table names has the range pyproject.toml
+    declares, and every dependency the package imports at its top level is declared."""
+    project = _pyproject()
+    declared = {re.match(r"[A-Za-z0-9_.-]+", d).group(0).lower(): _range(d) for d in project["dependencies"]}
+    table = (ROOT / "README.md").read_text().split("| Supported versions |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| (\w+) \| ([^|(]+?)\s*(?:\(.*\))? \|$", table, re.M))
+    assert {"Python", "PySpark", "pyarrow", "pandas", "numpy"} <= set(rows)
+    assert _range(rows.pop("Python")) == _range(project["requires-python"])
+    rows.pop("Java")
+    for name, spec in rows.items():
+        assert _range(spec) == declared[name.lower()], name
+    imported = {m.group(1) for p in PACKAGE.rglob("*.py")
+                for m in re.finditer(r"^(?:import|from) (numpy|pyarrow|pandas|pyspark|google\.protobuf|rich)\b",
+                                     p.read_text(), re.M)}
+    names = {"google.protobuf": "protobuf"}
+    assert {names.get(m, m) for m in imported} <= set(declared)
+
+
+def test_every_extra_is_documented_in_install_md_and_known_to_the_checks():
+    from sparkstate.extras import EXTRAS
+
+    extras = set(_pyproject()["optional-dependencies"]) - {"test"}
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert {e for e in extras if f"| `{e}` |" not in install} == set()
+    assert set(EXTRAS) == extras
+
+
+def test_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{doc.name})" in readme, f"README's map of the docs has no {doc.name}"

@@ -29,9 +29,9 @@ def test_every_sparkstate_error_class_has_its_section():
     assert not missing, f"docs/troubleshooting.md has no section for {missing}"
 
 
-def test_the_readme_links_it_from_adopting_sparkstate():
+def test_the_readme_links_it_from_its_map_of_the_docs():
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Adopting sparkstate", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("## Documentation", 1)[1].split("\n## ", 1)[0]
     assert "(docs/troubleshooting.md)" in section
 
 

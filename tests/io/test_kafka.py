@@ -164,7 +164,7 @@ def test_a_replayed_batch_to_kafka_carries_the_same_record_ids(kafka_spark, kafk
 def test_without_the_connector_run_names_the_package(tmp_path):
     """`sparkstate run` with a kafka: source, no --packages and no fetched jars: one sentence naming
     the coordinates to add (and `make kafka`), no stack trace."""
-    from sparkstate.io.connectors import kafka_package
+    from sparkstate.io.connectors import kafka_coordinates
 
     env = {"SPARKSTATE_CACHE": str(tmp_path / "empty-cache"), "PATH": "/usr/bin:/bin",
            "PYSPARK_PYTHON": sys.executable}
@@ -174,7 +174,7 @@ def test_without_the_connector_run_names_the_package(tmp_path):
                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
-    assert f"--packages {kafka_package()}" in res.stderr
+    assert f"--packages {kafka_coordinates()}" in res.stderr
     assert "make kafka" in res.stderr
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -26,11 +27,11 @@ def test_toml_and_yaml_files_read_the_same(tmp_path):
 def test_precedence_flags_env_file_defaults(tmp_path):
     f = tmp_path / "job.toml"
     f.write_text('pipeline = "sessionize"\nsource = "files:file"\nsink = "json:file"\ntrigger = "5 seconds"\n'
-                 'gap = "3 minutes"\n')
+                 'gap = "3 minutes"\ncheckpoint = "ck"\n')
     env = {"SPARKSTATE_SINK": "json:env", "SPARKSTATE_GAP": "2 minutes"}
     cfg = load_config(None, {"gap": "1 minute", "config": str(f)}, env)
-    assert (cfg.source, cfg.sink, cfg.gap, cfg.trigger, cfg.watermark) == (
-        "files:file", "json:env", "1 minute", "5 seconds", "10 seconds")
+    assert (cfg.source_spec.path, cfg.sink_spec.path, cfg.gap, cfg.trigger, cfg.watermark) == (
+        os.path.abspath("file"), os.path.abspath("env"), "1 minute", "5 seconds", "10 seconds")
     assert load_config(None, {}, env, config_file=f).gap == "2 minutes"
     assert load_config(None, {}, {}, config_file=f).gap == "3 minutes"
     assert load_config("running-count", {"source": "files:x"}, {}).trigger == "1 second"
@@ -65,7 +66,7 @@ def test_env_reads_only_job_settings():
 def test_sessionize_settings_are_ignored_with_a_warning_elsewhere(caplog):
     with caplog.at_level(logging.WARNING, logger="sparkstate.jobs"):
         cfg = load_config("running-count", {"source": "files:in"}, {"SPARKSTATE_GAP": "5 minutes"})
-    assert cfg.gap == "1 minute"
+    assert "gap" not in cfg.to_dict()
     assert "gap (from the environment) applies to sessionize only; running-count ignores it" in caplog.text
 
 
@@ -75,7 +76,7 @@ def test_sessionize_settings_are_ignored_with_a_warning_elsewhere(caplog):
         ({"pipeline": "sessionize", "source": "files:x", "gap": "soon"}, "run: gap: expected a duration such as '1 minute'"),
         ({"pipeline": "sessionize", "source": "files:x", "trigger": "0 seconds"}, "run: trigger: expected a positive"),
         ({"pipeline": "sessionize", "source": "files:x", "watermark": "-1 second"}, "run: watermark"),
-        ({"pipeline": "sessionize", "source": "files:x", "time_mode": "wall"}, "time mode must be 'event' or 'processing'"),
+        ({"pipeline": "sessionize", "source": "files:x", "time_mode": "wall"}, "run: time-mode must be one of event, processing, got 'wall'"),
         ({"pipeline": "sessionize", "source": "files:x", "format": "xml"}, "format must be one of json, csv, parquet"),
         ({"pipeline": "sessionize", "source": ""}, "a source is required: --source SPEC"),
     ],
@@ -105,3 +106,41 @@ def test_missing_pipeline_and_bad_files(tmp_path):
         read_config_file(nested)
     with pytest.raises(ConfigError, match="cannot read it"):
         read_config_file(tmp_path / "missing.toml")
+
+
+def test_a_pipeline_setting_is_declared_once(monkeypatch, tmp_path):
+    """A new pipeline with a setting of its own: one Setting in its declaration gives the flag,
+    the variable, the config-file key, the default, the check and the help text."""
+    from sparkstate.cli import build_parser
+    from sparkstate.cli._run import job_config
+    from sparkstate.jobs.pipelines import JOB_PIPELINES, JobPipeline
+    from sparkstate.jobs.settings import Setting
+
+    limit = Setting("top_n", "how many words to keep", 10, kind="count", metavar="N")
+    monkeypatch.setitem(JOB_PIPELINES, "top-words", JobPipeline("top-words", "word string", "update",
+                                                                lambda events, cfg, spark: events, settings=(limit,)))
+    parser = build_parser()
+    run = next(a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)).choices["run"]
+    assert "top-words: how many words to keep (default: 10) [SPARKSTATE_TOP_N]" in " ".join(run.format_help().split())
+    args = parser.parse_args(["run", "running-count", "--source", "files:x"])
+    assert job_config(args, {"SPARKSTATE_TOP_N": "3"}).to_dict().get("top_n") is None  # another pipeline's: ignored
+    cfg = load_config("top-words", {"source": "files:x"}, {"SPARKSTATE_TOP_N": "3"})
+    assert cfg.top_n == 3
+    f = tmp_path / "job.toml"
+    f.write_text('top-n = 5\n')
+    assert load_config("top-words", {"source": "files:x"}, {}, config_file=f).top_n == 5
+    assert load_config("top-words", {"source": "files:x"}, {}).top_n == 10
+    with pytest.raises(ConfigError, match=r"run: top-n is a whole number >= 0 \(0: no limit\), got '-1'"):
+        load_config("top-words", {"source": "files:x", "top_n": "-1"}, {})
+    with pytest.raises(ConfigError, match="run: top-n applies to top-words only, not to running-count"):
+        JobConfig("running-count", source="files:x", top_n=1)
+
+
+def test_processing_time_refuses_event_time_settings():
+    with pytest.raises(ConfigError) as err:
+        JobConfig("sessionize", source="files:x", time_mode="processing", watermark="5 seconds")
+    assert str(err.value) == ("run: --watermark applies to --time-mode event; processing time has no watermark"
+                              " (drop --watermark, or use --time-mode event)")
+    with pytest.raises(ConfigError, match="run: --emit-on-last applies to --time-mode event"):
+        JobConfig("sessionize", source="files:x", time_mode="processing", emit_on_last=True)
+    assert JobConfig("sessionize", source="files:x", time_mode="processing").watermark == "10 seconds"

@@ -164,7 +164,8 @@ class SinkProbe:
 
 
 class ParquetProbe(SinkProbe):
-    """Spark's file sink: part files appear in DIR while tasks write; ``_spark_metadata/N`` commits them."""
+    """An append-mode file sink: a batch's tasks write under ``DIR/_sparkstate_tmp``, its files are then
+    moved into DIR, and ``_spark_metadata/N`` commits them (``writing``: either of the first two)."""
 
     name = "parquet"
 
@@ -187,7 +188,13 @@ class ParquetProbe(SinkProbe):
     def state(self, n: int) -> str:
         if (self.out / "_spark_metadata" / str(n)).exists() or (self.out / "_spark_metadata" / f"{n}.compact").exists():
             return WRITTEN
-        return WRITING if self._parts() - self.known else NONE
+        return WRITING if self._parts() - self.known or self._staged() else NONE
+
+    def _staged(self) -> bool:
+        for _, _, names in os.walk(self.out / "_sparkstate_tmp"):
+            if any(n.startswith("part-") for n in names):
+                return True
+        return False
 
     def committed_files(self) -> set[str]:
         """Names of the part files the sink's log lists (what a reader sees)."""
@@ -200,7 +207,8 @@ class ParquetProbe(SinkProbe):
         return files
 
     def orphan_files(self) -> int:
-        """Part files of killed attempts: in DIR, but in no committed batch (readers ignore them)."""
+        """Part files of killed attempts: in DIR, but in no committed batch (pandas, pyarrow and DuckDB
+        would read them)."""
         return len(self._parts() - self.committed_files())
 
 

@@ -91,9 +91,9 @@ def test_this_release_is_the_one_the_matrix_asked_for():
     assert pyspark.__version__ == want
     minor = ".".join(want.split(".")[:2])
     scala = connectors.SCALA_VERSIONS.get(minor, connectors.SCALA)
-    assert connectors.kafka_package() == f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{connectors.PYSPARK_VERSIONS[minor][1]}"
+    assert connectors.kafka_coordinates() == f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{connectors.PYSPARK_VERSIONS[minor][1]}"
     if minor == "3.5":
-        assert connectors.kafka_package() == "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7"
+        assert connectors.kafka_coordinates() == "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7"
     if minor == "4.3":
-        assert connectors.kafka_package() == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+        assert connectors.kafka_coordinates() == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     assert connectors.jars("spark-kafka")  # fetched for this release (`make kafka`, or the matrix)

@@ -17,6 +17,7 @@ import sys
 import warnings
 from typing import Sequence
 
+from .. import __version__
 from ..errors import JobFailedError, SparkStateError
 from . import _demo, _generate, _jvm_archive, _run, _state
 from ._run import job_config
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparkstate",
         description="Stateful stream processing for PySpark: keyed state, timeouts and sessionization.",
     )
+    parser.add_argument("--version", action="version", version=f"sparkstate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _demo.add_parser(sub)
     _run.add_parser(sub)

@@ -32,7 +32,7 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--out", default="sparkstate-demo", help="output directory (default: ./%(default)s)")
     demo.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
     demo.add_argument("--kafka", action="store_true", help="read the events through a local Kafka broker (started"
-                      " and stopped here, from the jars `make kafka` fetched) instead of the files")
+                      " and stopped here, from the jars `python -m sparkstate.io.connectors fetch` (make kafka) fetched) instead of the files")
     demo.add_argument("--remote", metavar="URL", default=os.environ.get("SPARKSTATE_REMOTE"),
                       help="run on a Spark Connect server, e.g. sc://HOST:15002, that shares this machine's files"
                            " (default: SPARKSTATE_REMOTE, else SPARK_REMOTE, else Spark started here)")
@@ -46,7 +46,7 @@ def _demo(args: argparse.Namespace) -> int:
     import sparkstate as ss
 
     from ..demo import prepare_out_dir, run_demo
-    from ..session import remote_url
+    from ..spark import remote_url
 
     started = time.monotonic()
     broker = None
@@ -70,6 +70,10 @@ def _demo(args: argparse.Namespace) -> int:
     active = SparkSession.getActiveSession()  # embedded (e.g. a notebook): use it as it is
     own_session = active is None
     remote = remote_url(getattr(args, "remote", None))
+    if remote is not None:
+        from ..extras import require
+
+        require("connect", f"demo: --remote {remote}")
     if own_session and remote is None:  # Spark is not started yet: its console output goes to the log file
         send_process_output_to(log_path)
     console = Console(highlight=False)

@@ -6,25 +6,24 @@ import argparse
 import logging
 import os
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Mapping
 
+from rich.console import Console
+
 from ._terminal import cli_logging, send_process_output_to
 
 
 def add_parser(sub: Any) -> None:
-    """The ``run`` subcommand (every setting also from env / config file)."""
-    from ..jobs.config import PIPELINE_NAMES, JobConfig
+    """The ``run`` subcommand: one flag per declared setting (:mod:`sparkstate.jobs.settings`)."""
+    from ..jobs.config import PIPELINE_NAMES
     from ..jobs.pipelines import JOB_PIPELINES
+    from ..jobs.settings import JOB_SETTINGS
 
-    d = JobConfig("sessionize", source="generator")  # the defaults, for the help texts
     columns = ", ".join(f"{p.name} ({', '.join(p.columns)})" for p in JOB_PIPELINES.values())
-
-    def of(setting: str) -> str:  # which pipelines read a setting, for its help text
-        return " and ".join(p.name for p in JOB_PIPELINES.values() if setting in p.settings)
-
     run = sub.add_parser(
         "run",
         help="run a pipeline from a source to a sink (until Ctrl-C, or --once)",
@@ -41,60 +40,36 @@ def add_parser(sub: Any) -> None:
     )
     run.add_argument("pipeline", nargs="?", choices=PIPELINE_NAMES, metavar="PIPELINE",
                      help=f"one of {', '.join(PIPELINE_NAMES)} (or `pipeline` in the config file)")
-    run.add_argument("--source", metavar="SPEC",
-                     help="files:DIR | generator[:rate=..,users=..] | socket:[HOST:]PORT | kafka:BROKERS/TOPIC")
-    run.add_argument("--format", choices=("json", "csv", "parquet"), help="record format (default: json, or"
-                     " what a files: directory holds)")
-    run.add_argument("--sink", metavar="SPEC", help=f"console | memory[:NAME] | parquet:DIR | json:DIR |"
-                     f" postgres:URL/TABLE (default: {d.sink})")
-    run.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (needed by file and postgres sinks)")
-    run.add_argument("--deadletter", metavar="SPEC", help="sink for malformed records (default: DIR/_deadletter"
-                     " beside a file sink; console for console)")
-    run.add_argument("--gap", metavar="DURATION", help=f"{of('gap')}: inactivity that ends a session (default: {d.gap})")
-    run.add_argument("--time-mode", choices=("event", "processing"), help=f"{of('time_mode')}: (default: {d.time_mode})")
-    run.add_argument("--watermark", metavar="DURATION", help=f"{of('watermark')}, event time: allowed lateness"
-                     f" (default: {d.watermark})")
-    run.add_argument("--max-future-skew", metavar="DURATION", help=f"{of('max_future_skew')}, event time: events more than this"
-                     " ahead of the processing time go to the dead letters instead of moving the watermark"
-                     " (default: no limit)")
-    run.add_argument("--emit-on-last", action=argparse.BooleanOptionalAction, default=None,
-                     help=f"{of('emit_on_last')}, event time: write a session ending with an is_last event at once, not when"
-                     " the watermark passes it (only correct for input in event-time order; default: off)")
-    run.add_argument("--trigger", metavar="DURATION", help=f"micro-batch interval (default: {d.trigger})")
-    run.add_argument("--initial-state", metavar="PATH", help="the state a new checkpoint starts from: Parquet (as"
-                     " `sparkstate state export` writes it) or JSON lines of the key and state fields"
-                     " (visited-pages: user_id, visited_pages; json:PATH / parquet:PATH to say which)")
-    run.add_argument("--metrics", metavar="FILE", help="append one JSON line per micro-batch to FILE")
-    run.add_argument("--once", action=argparse.BooleanOptionalAction, default=None,
-                     help="process what is available (and the timeouts it makes due), then stop")
-    run.add_argument("--option", action="append", metavar="KEY=VALUE", dest="options",
-                     help="an option for the source's reader, e.g. maxFilesPerTrigger=1 (repeatable)")
-    run.add_argument("--max-batch-records", metavar="N", help=f"the most records a micro-batch reads from a"
-                     f" generator or Kafka source, so a backlog is worked off in bounded batches (default:"
-                     f" {d.max_batch_records:,}; 0: no limit)")
-    run.add_argument("--max-batch-files", metavar="N", help=f"the most files a micro-batch reads from a files"
-                     f" source (default: {d.max_batch_files}; 0: no limit)")
-    run.add_argument("--query-name", metavar="NAME", help="name of the streaming query")
-    run.add_argument("--spark-log", metavar="FILE", help="where Spark's own output goes when sparkstate starts"
-                     " Spark (default: CHECKPOINT/spark.log, or one in the temp directory)")
-    run.add_argument("--master", metavar="URL", help="Spark master when sparkstate starts Spark, e.g."
-                     " spark://HOST:7077 (default: local[*]; SPARKSTATE_MASTER)")
-    run.add_argument("--remote", metavar="URL", help="run on a Spark Connect server, e.g. sc://HOST:15002"
-                     " (default: SPARK_REMOTE; SPARKSTATE_REMOTE)")
-    run.add_argument("--engine", metavar="NAME", help="state engine: batched or tws (default: the one that wrote the checkpoint, else batched, the fastest)")
-    run.add_argument("--packages", metavar="COORDS", help="Maven coordinates Spark resolves at start"
-                     " (spark.jars.packages), e.g. Spark's Kafka connector for kafka: sources and sinks")
-    run.add_argument("--jars", metavar="PATHS", help="local jar files for Spark's classpath (spark.jars),"
-                     " comma-separated (default for kafka: specs: the jars `make kafka` fetched, if any)")
-    run.add_argument("--config", metavar="FILE", help="settings from a .yaml/.yml/.toml file")
+    for setting in JOB_SETTINGS:
+        _add_flag(run, setting)
+    seen = {s.name for s in JOB_SETTINGS}
+    for pipeline in JOB_PIPELINES.values():
+        own = [s for s in pipeline.settings if s.name not in seen]
+        if own:
+            group = run.add_argument_group(f"settings of {pipeline.name} (other pipelines ignore them)")
+            for setting in own:
+                _add_flag(group, setting, pipeline.name)
+            seen.update(s.name for s in own)
+    run.add_argument("--config", metavar="FILE", help="settings from a .yaml/.yml/.toml file (keys: the flags'"
+                     " names; also SPARKSTATE_CONFIG)")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                      help="show progress: a live table on a terminal, log lines otherwise (default: on)")
     run.set_defaults(run=_run)
 
 
-RUN_SETTINGS = ("source", "format", "sink", "checkpoint", "deadletter", "gap", "time_mode", "watermark", "trigger",
-                "initial_state", "metrics", "once", "query_name", "spark_log", "master", "remote", "engine", "max_future_skew",
-                "emit_on_last", "packages", "jars", "config", "max_batch_records", "max_batch_files")
+def _add_flag(parser: Any, setting: Any, owner: str = "") -> None:
+    """The flag of one declared setting: its kind decides the argparse action."""
+    help_text = setting.help_text(owner) + f" [{setting.env}]"
+    if setting.kind == "bool":
+        parser.add_argument(setting.flag, dest=setting.name, action=argparse.BooleanOptionalAction, default=None,
+                            help=help_text)
+    elif setting.kind == "options":
+        parser.add_argument(setting.flag, dest=setting.name, action="append", metavar=setting.metavar,
+                            help=help_text)
+    elif setting.kind == "choice":
+        parser.add_argument(setting.flag, dest=setting.name, choices=setting.choices, help=help_text)
+    else:
+        parser.add_argument(setting.flag, dest=setting.name, metavar=setting.metavar, help=help_text)
 
 
 def _connector_settings(config: Any) -> dict[str, str]:
@@ -121,38 +96,58 @@ def job_config(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
 
     >>> from sparkstate.cli import build_parser
     >>> args = build_parser().parse_args(["run", "running-count", "--source", "files:in", "--once"])
-    >>> cfg = job_config(args, env={"SPARKSTATE_SINK": "json:out"})
-    >>> cfg.pipeline, cfg.sink, cfg.once
-    ('running-count', 'json:out', True)
+    >>> cfg = job_config(args, env={"SPARKSTATE_SINK": "json:out", "SPARKSTATE_CHECKPOINT": "ck"})
+    >>> cfg.pipeline, cfg.sink_spec.kind, cfg.once
+    ('running-count', 'json', True)
     """
-    from ..jobs import load_config
+    from ..jobs.config import all_settings, load_config
 
-    flags = {k: getattr(args, k) for k in RUN_SETTINGS}
-    if args.options:
-        flags["options"] = ",".join(args.options)
+    flags = {name: getattr(args, name) for name in all_settings()}
+    flags["config"] = args.config
     return load_config(args.pipeline, flags, os.environ if env is None else env)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pyspark.sql import SparkSession
-    from rich.console import Console
+    from ..jobs.config import check_here
+    from ..spark import remote_url
 
+    config = job_config(args)
+    remote = remote_url(config.remote) if config.master is None else None
+    check_here(config, remote)  # what needs no Spark is refused before Spark starts
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    own_session = active is None
+    log_path, scratch_log = None, False
+    if own_session and remote is None:  # Spark is not started yet: its console output goes to a log file
+        log_path = Path(config.spark_log) if config.spark_log else _default_spark_log(config.checkpoint)
+        scratch_log = not config.spark_log and log_path.parent == Path(tempfile.gettempdir())
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result, label = _run_job(args, config, active, remote, log_path)
+    except BaseException:
+        if scratch_log and log_path is not None and log_path.exists():
+            sys.stderr.write(f"sparkstate: Spark's log: {log_path}\n")
+        raise
+    if scratch_log and log_path is not None:
+        log_path.unlink(missing_ok=True)  # the run went well: nothing left in the temp directory
+        log_path = None
+    _print_run_summary(Console(highlight=False), result, label, log_path)
+    return 0
+
+
+def _run_job(args: argparse.Namespace, config: Any, active: Any, remote: str | None,
+             log_path: Path | None) -> tuple[Any, str]:
     import sparkstate as ss
 
     from ..jobs import JOB_PIPELINES, run_pipeline
     from ..observe import ProgressDisplay
-    from ..session import is_connect, remote_url
+    from ..spark import is_connect
 
-    config = job_config(args)
     # Spark's console sink prints on fd 1: keep it on the terminal, and progress off the live table.
     to_console = "console" in (config.sink_spec.kind, config.deadletter_spec.kind if config.deadletter_spec else None)
-    active = SparkSession.getActiveSession()
     own_session = active is None
-    remote = remote_url(config.remote) if config.master is None else None
-    log_path = None
-    if own_session and remote is None:  # Spark is not started yet: its console output goes to a log file
-        log_path = Path(config.spark_log) if config.spark_log else _default_spark_log(config.checkpoint)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log_path is not None:
         send_process_output_to(log_path, append=True, keep_stdout=to_console)
     cli_logging(args.progress)
     console = Console(highlight=False)
@@ -183,8 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous[0])
             signal.signal(signal.SIGTERM, previous[1])
-    _print_run_summary(console, result, pipeline.output_label, log_path)
-    return 0
+    return result, pipeline.output_label
 
 
 def _print_run_summary(console: Any, r: Any, output_label: str, log_path: Path | None) -> None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+from ._terminal import send_process_output_to
 
 
 
@@ -15,7 +20,7 @@ def add_parser(sub: Any) -> None:
     st = sub.add_parser("state", help="inspect, measure or export the state of a query's checkpoint")
     ops = st.add_subparsers(dest="state_command", metavar="ACTION", required=True)
     show = ops.add_parser("show", help="each key's state, decoded, with its pending timeout")
-    show.add_argument("checkpoint")
+    show.add_argument("checkpoint", help=_CHECKPOINT)
     _remote_flag(show)
     show.add_argument("--key", help="only this key (compared as text)")
     show.add_argument("--batch", type=int, help="as of this committed batch (default: the latest)")
@@ -23,13 +28,15 @@ def add_parser(sub: Any) -> None:
     show.add_argument("--limit", type=int, default=100, help="rows to print (default: %(default)s; 0: all)")
     show.set_defaults(run=_show)
     stats = ops.add_parser("stats", help="keys and bytes per partition and batch, and the operator's metadata")
-    stats.add_argument("checkpoint")
+    stats.add_argument("checkpoint", help=_CHECKPOINT)
     _remote_flag(stats)
     stats.set_defaults(run=_stats)
     exp = ops.add_parser("export", help="write the state as Parquet, usable as --initial-state of a new query")
-    exp.add_argument("checkpoint")
-    exp.add_argument("path")
-    exp.add_argument("--batch", type=int)
+    exp.add_argument("checkpoint", help=_CHECKPOINT)
+    exp.add_argument("path", help="the Parquet directory to write (replaced if present): one row per key, as"
+                                  " `state show` lists it; a new query starts from it with `sparkstate run"
+                                  " --initial-state PATH`")
+    exp.add_argument("--batch", type=int, help="as of this committed batch (default: the latest)")
     _remote_flag(exp)
     exp.set_defaults(run=_export)
 
@@ -39,6 +46,9 @@ def add_parser(sub: Any) -> None:
     rep.set_defaults(run=_report)
 
 
+_CHECKPOINT = "the checkpoint directory of a sparkstate query (its --checkpoint or checkpointLocation)"
+
+
 def _remote_flag(parser: Any) -> None:
     parser.add_argument("--remote", metavar="URL", default=os.environ.get("SPARKSTATE_REMOTE"),
                         help="read through a Spark Connect server, e.g. sc://HOST:15002 (default: SPARKSTATE_REMOTE,"
@@ -46,9 +56,26 @@ def _remote_flag(parser: Any) -> None:
 
 
 def _session(args: argparse.Namespace):
+    """The session of a ``state`` command, started once what needs no Spark was checked."""
+    from ..extras import require
+    from ..spark import remote_url
+    from ..state import check_local
+
+    remote = remote_url(getattr(args, "remote", None))
+    if remote is None:
+        check_local(args.checkpoint)
+    else:
+        require("connect", f"state {args.state_command}: --remote {remote}")
+    from pyspark.sql import SparkSession
+
     import sparkstate as ss
 
-    return ss.spark_session("sparkstate-state", remote=getattr(args, "remote", None))
+    if remote is None and SparkSession.getActiveSession() is None:
+        # Spark starts here: its own output goes to a scratch log, removed when the command ends
+        log_path = Path(tempfile.gettempdir()) / f"sparkstate-state-{os.getpid()}.log"
+        send_process_output_to(log_path)
+        atexit.register(log_path.unlink, missing_ok=True)
+    return ss.spark_session("sparkstate-state", remote=remote)
 
 
 def _plain(v: Any, name: str = "") -> Any:
@@ -157,7 +184,15 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from ..extras import require
     from ..observe.report import write_report
+
+    if not os.path.isfile(args.metrics):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"report: metrics file {args.metrics} does not exist; write one with"
+                          " `sparkstate run ... --metrics FILE`")
+    require("report", "report: plotting")
 
     r = write_report(args.metrics, args.out)
     print(r.summary, end="")

@@ -14,7 +14,7 @@ needs no change to operators, pipelines or the state tools.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
@@ -66,6 +66,9 @@ class StatePlan:
     #: An output column (timestamp) carrying event time onward: Spark then gives the operator's
     #: output a watermark, so a streaming aggregation, deduplication or join may follow it.
     event_time_column: str | None = None
+    #: The same computation over many keys at once (:class:`BucketLogic`), for an engine that
+    #: groups keys into buckets; an engine that calls one key at a time runs ``func``.
+    bucket_logic: "BucketLogic | None" = None
 
     def __reduce__(self) -> tuple:
         # On its way to a worker the plan is one blob unpickled by sparkstate's own code, so a
@@ -81,6 +84,72 @@ def _plan_from(blob: bytes, what: str) -> StatePlan:
     from ..shipping import load_plan
 
     return StatePlan(*load_plan(blob, what))
+
+
+@dataclass(frozen=True)
+class BucketCall:
+    """What an engine hands a :class:`BucketLogic`: one call for a group of keys (a bucket) in
+    one micro-batch. Everything is columns; the engine has already read the keys' stored state.
+
+    ``keys``: the call's keys as a group function sees its key (a scalar for one key column, a
+    tuple for several): first the ``n_input`` keys with new rows, in the order their first row
+    arrived, then the keys without rows whose timeout is due, as
+    :func:`~sparkstate.engines.rules.due_keys` orders them. ``rows``: the new rows, a
+    ``pyarrow.Table`` with the operator input's columns in Spark's Arrow types (timestamps as UTC
+    instants), in arrival order; ``key_index``: for each row, its key's position in ``keys`` (a
+    numpy int64 array). ``states``: for each key, its stored state as the codec's columns
+    (:meth:`~sparkstate.types.Codec.encode_columns`), or ``None``; ``timeouts``: each key's pending
+    timeout (epoch ms) or ``None``. ``watermark_ms``: the micro-batch's watermark as
+    ``GroupState.getCurrentWatermarkMs`` gives it (-1 when the input has none);
+    ``processing_time_ms``: its processing time.
+    """
+
+    keys: list
+    rows: Any
+    key_index: Any
+    states: list
+    timeouts: list
+    n_input: int
+    watermark_ms: int
+    processing_time_ms: int
+
+
+@dataclass(frozen=True)
+class BucketResult:
+    """What a :class:`BucketLogic` returns for a :class:`BucketCall`.
+
+    ``writes``: key -> ``(state columns, timeout_ms)`` (the new stored state, as the codec's
+    columns or ``None`` for a timeout alone, and the key's pending timeout or ``None``), or
+    ``None`` to remove the key's state and timeout. A key of the call left out keeps its state and
+    timeout; only keys of the call may be written. The engine owns the storage and the timers: it
+    fires a timeout once the clock (the watermark in event time, else the processing time) is
+    strictly past it, by calling again with the key among the due keys.
+    ``frames``: output rows as pandas DataFrames with the output schema's columns in Spark's
+    pandas types, yielded as they are. ``rows``: output rows as a group function returns them
+    (tuples of ``output_type``), encoded by the engine, with ``row_keys`` the key of each
+    (named in an error about it).
+    """
+
+    writes: dict
+    frames: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    row_keys: list = field(default_factory=list)
+
+
+class BucketLogic(abc.ABC):
+    """Keyed-state logic over a bucket of keys at a time: the extension point a pipeline uses
+    to run as column operations where an engine groups keys (``StatePlan.bucket_logic``).
+
+    It must compute what ``StatePlan.func`` computes key by key (same outputs, same stored state
+    and timeouts), so a checkpoint written either way goes on the other way: an engine that
+    calls one key at a time runs ``func``, an engine that groups keys calls :meth:`run` once per
+    group and micro-batch (and once for a group whose earliest timeout is due, with no rows).
+    It is pickled to the workers with the plan; it holds settings only, never storage.
+    """
+
+    @abc.abstractmethod
+    def run(self, call: BucketCall) -> BucketResult:
+        """The outputs and the state writes of one call (see :class:`BucketCall`, :class:`BucketResult`)."""
 
 
 class Engine(abc.ABC):
@@ -115,6 +184,14 @@ class Engine(abc.ABC):
         return None
 
 
+def struct_column(schema: StructType, name: str) -> StructType:
+    """The struct type of column ``name`` of ``schema`` (a stored record's ``key`` or ``value``)."""
+    t = schema[name].dataType
+    if not isinstance(t, StructType):
+        raise TypeError(f"column {name!r} is a {t.simpleString()}, not a struct")
+    return t
+
+
 class StoredLayout(abc.ABC):
     """One engine's state in a checkpoint, read back without running the query: what
     ``ss.state.read/keys/export/stats/stored_schema`` and the ``checkpoint=`` check ask of the
@@ -144,7 +221,7 @@ class StoredLayout(abc.ABC):
         """The (key, state) schemas of :meth:`records` (after a state type change: the one most
         keys hold)."""
         schema = self.records(None).schema
-        return schema["key"].dataType, schema["value"].dataType
+        return struct_column(schema, "key"), struct_column(schema, "value")
 
     def settings(self) -> dict[str, Any]:
         """The layout settings fixed when the checkpoint was created (the batched engine:

@@ -4,7 +4,7 @@ Three groups of jars, each named by Maven coordinates:
 
 - ``spark-kafka``: Spark's Kafka connector (:data:`SPARK_KAFKA`), what ``kafka:`` sources and
   sinks need inside Spark. Users put it on Spark's classpath with ``--packages`` (the
-  coordinates :func:`kafka_package` returns) or ``spark.jars`` (local jar files).
+  coordinates :func:`kafka_coordinates` returns) or ``spark.jars`` (local jar files).
 - ``kafka-broker``: an Apache Kafka broker (:data:`KAFKA_BROKER`), run as a single-node KRaft
   server by the tests and by ``sparkstate demo --kafka``.
 - ``hadoop-aws``: S3A for ``s3a://`` paths (:func:`s3a_packages`): ``hadoop-aws`` of the Hadoop
@@ -24,9 +24,9 @@ resolves the Kafka groups (``main(["fetch", "hadoop-aws", "s3proxy"])``: ``make 
 and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
 ``$SPARKSTATE_CACHE``, else ``~/.cache/sparkstate``. Nothing is downloaded at run time.
 
->>> kafka_package("4.3.0")
+>>> kafka_coordinates("4.3.0")
 'org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0'
->>> kafka_package("4.1.4")
+>>> kafka_coordinates("4.1.4")
 'org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1'
 """
 
@@ -40,10 +40,11 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..paths import cache_dir
 
 SCALA = "2.13"
-#: Spark's Kafka connector for Scala :data:`SCALA`, without its version (:func:`kafka_package` adds
-#: the version, and the Scala suffix of the minor: :data:`SCALA_VERSIONS`).
+#: Spark's Kafka connector for Scala :data:`SCALA`, without its version (:func:`kafka_coordinates`
+#: adds the version, and the Scala suffix of the minor: :data:`SCALA_VERSIONS`).
 SPARK_KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}"
 #: Supported pyspark minor -> (the patch release the tests run, the Kafka connector release to use).
 #: The connector is the newest release of that minor whose dependencies all resolve from Maven
@@ -87,8 +88,10 @@ S3A_EXCLUSIONS = ("software.amazon.awssdk:bundle", "io.netty:*", "org.slf4j:*", 
 #: The S3-compatible server the tests start on loopback (in-memory ``transient`` storage).
 S3PROXY = "org.gaul:s3proxy:2.7.0"
 
-MAKE_HINT = "run `make kafka` in a sparkstate checkout (needs Maven and Java 17)"
-S3_MAKE_HINT = "run `make s3` in a sparkstate checkout (needs Maven and Java 17)"
+MAKE_HINT = ("run `python -m sparkstate.io.connectors fetch` (`make kafka` in a sparkstate checkout;"
+             " needs Maven and Java 17)")
+S3_MAKE_HINT = ("run `python -m sparkstate.io.connectors fetch hadoop-aws s3proxy` (`make s3` in a sparkstate"
+                " checkout; needs Maven and Java 17)")
 
 
 def pyspark_version() -> str:
@@ -110,10 +113,11 @@ def connector_version(spark_version: str | None = None) -> str:
     return CONNECTOR_VERSIONS.get(minor, v.split("+")[0])
 
 
-def kafka_package(spark_version: str | None = None) -> str:
-    """The Maven coordinates of Spark's Kafka connector, for ``--packages`` / ``spark.jars.packages``.
+def kafka_coordinates(spark_version: str | None = None) -> str:
+    """The Maven coordinates of Spark's Kafka connector for a pyspark version (default: the one installed),
+    for ``--packages`` / ``spark.jars.packages``; :func:`sparkstate.io.sources.kafka_package` asks for a session's.
 
-    >>> kafka_package("4.0.5"), kafka_package("3.5.9")
+    >>> kafka_coordinates("4.0.5"), kafka_coordinates("3.5.9")
     ('org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0', 'org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7')
     """
     v = spark_version or pyspark_version()
@@ -154,7 +158,7 @@ EXCLUSIONS: dict[str, tuple[str, ...]] = {"hadoop-aws": S3A_EXCLUSIONS}
 def groups(spark_version: str | None = None) -> dict[str, list[str]]:
     """Each jar group's Maven coordinates (resolved with their dependencies)."""
     out = {
-        "spark-kafka": [kafka_package(spark_version)],
+        "spark-kafka": [kafka_coordinates(spark_version)],
         "kafka-broker": [KAFKA_BROKER, *KAFKA_BROKER_EXTRA],
         "s3proxy": [S3PROXY],
     }
@@ -163,12 +167,6 @@ def groups(spark_version: str | None = None) -> dict[str, list[str]]:
     except ConfigError:
         pass
     return out
-
-
-def cache_dir() -> Path:
-    """Where the fetched groups' classpath files live: ``$SPARKSTATE_CACHE`` or ``~/.cache/sparkstate``."""
-    env = os.environ.get("SPARKSTATE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "sparkstate"
 
 
 def _classpath_file(name: str) -> Path:
@@ -275,7 +273,7 @@ KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 def kafka_connector_available(spark) -> bool | None:
     """Whether Spark's Kafka connector is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect)."""
-    from ..session import is_connect
+    from ..spark import is_connect
 
     jvm = None if is_connect(spark) else getattr(spark, "_jvm", None)
     if jvm is None:
@@ -290,7 +288,7 @@ def kafka_connector_available(spark) -> bool | None:
 
 def kafka_missing(spark_version: str, what: str) -> ConfigError:
     """The error for a Kafka source or sink when the connector is not on Spark's classpath: how to add it."""
-    pkg = kafka_package(spark_version)
+    pkg = kafka_coordinates(spark_version)
     conn = connector_version(spark_version)
     note = ""
     if conn.split(".")[:2] != spark_version.split(".")[:2]:
@@ -300,7 +298,8 @@ def kafka_missing(spark_version: str, what: str) -> ConfigError:
         f" the pyspark package does not ship it). Add it when Spark starts{note}: sparkstate run --packages {pkg},"
         f" spark-submit --packages {pkg}, PYSPARK_SUBMIT_ARGS='--packages {pkg} pyspark-shell',"
         f" or SparkSession.builder.config('spark.jars.packages', '{pkg}');"
-        f" offline: `make kafka` fetches the jars and sparkstate run then uses them (spark.jars)"
+        f" offline: `python -m sparkstate.io.connectors fetch` (`make kafka`) fetches the jars and sparkstate run"
+        f" then uses them (spark.jars)"
     )
 
 

@@ -37,7 +37,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, SinkError
-from .batch_query import batch_query_id
+from .query_id import batch_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -227,7 +227,9 @@ class LocalKafka:
                 if msg.error():
                     raise RuntimeError(f"reading {topic}: {msg.error()}")
                 out.append(msg)
-                pos[msg.partition()] = msg.offset() + 1
+                offset = msg.offset()
+                if offset is not None:
+                    pos[msg.partition()] = offset + 1
             return out
         finally:
             consumer.close()

@@ -40,11 +40,11 @@ import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import ConfigError, SinkError
-from .batch_query import batch_query_id
+from .query_id import batch_query_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -294,13 +294,13 @@ class _Masked:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, typ: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, typ: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None or isinstance(exc, SinkError) or not isinstance(exc, Exception):
             return False
         text = mask_url(str(exc).strip(), self.password)
         err = SinkError(f"postgres sink {self.target.display}: {self.what} failed:"
                         f" {type(exc).__name__}: {text}")
-        leaks = bool(self.password) and self.password in str(exc)
+        leaks = self.password is not None and self.password != "" and self.password in str(exc)
         # The original exception is chained only when its text holds no password.
         raise err from (None if leaks else exc)
 

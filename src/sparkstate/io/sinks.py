@@ -11,13 +11,15 @@ letters with, so a sink's layout and bookkeeping exist once.
 - ``memory`` / ``memory:NAME``: an in-memory table for tests, ``spark.table(NAME)`` (a temporary
   view over every row written so far); without a name, the query name or ``sparkstate_output``.
   It is not kept across restarts: a checkpoint holding an earlier run is refused.
-- ``parquet:DIR`` / ``json:DIR``: in ``append`` output mode, Spark's exactly-once file sink:
-  files plus a ``DIR/_spark_metadata`` log of committed batches, which readers use and which
-  makes a replayed batch a no-op. In ``update`` output mode (which Spark's file sink refuses)
-  each micro-batch goes to ``DIR/batch_id=N``: written under
-  ``DIR/_sparkstate_tmp`` first, then renamed into place; a batch whose directory exists is
-  skipped, so a replay is a no-op too. Reading ``DIR`` then yields an extra ``batch_id``
-  column (partition discovery).
+- ``parquet:DIR`` / ``json:DIR``: in ``append`` output mode, files plus a ``DIR/_spark_metadata``
+  log of committed batches (Spark's file-sink log, which Spark's readers follow and which makes
+  a replayed batch a no-op). In ``update`` output mode (which Spark's file sink refuses) each
+  micro-batch goes to ``DIR/batch_id=N``, committed by its ``_SUCCESS``; reading ``DIR`` then
+  yields an extra ``batch_id`` column (partition discovery). Either way every file is written
+  under ``DIR/_sparkstate_tmp`` first and renamed into place, and files of an attempt that did not
+  commit are deleted before the batch is written again, so pandas, pyarrow and DuckDB
+  (``DIR/*.parquet``) read the same rows as Spark (:mod:`sparkstate.io.files`). Not so for
+  :func:`start_sink` over Spark Connect in append mode, which is Spark's own file sink.
 - ``postgres:postgresql://USER@HOST:PORT/DB/TABLE``: one transaction per micro-batch holding
   the rows and the batch id; a replayed batch is skipped (see :mod:`sparkstate.io.postgres`).
   Each batch's rows are appended, in update mode too.
@@ -55,12 +57,12 @@ from .. import fs
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
 from ..paths import local_path
-from ..session import is_connect, start_query
+from ..spark import is_connect, start_query
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("sparkstate.io.sinks")
@@ -128,7 +130,7 @@ class SinkSpec:
         """
         if not self.is_file and self.kind != "delta":
             return None
-        return f"{self.path.rstrip('/')}/{DEADLETTER_DIR}"
+        return f"{(self.path or '').rstrip('/')}/{DEADLETTER_DIR}"
 
     @property
     def deadletter_sink(self) -> "SinkSpec | None":
@@ -145,7 +147,7 @@ class SinkSpec:
         """The postgres connection target (only for ``kind == "postgres"``)."""
         if self.kind != "postgres":
             raise ConfigError(f"SinkSpec: postgres_target is only defined for postgres sinks, this is {self.kind!r}")
-        return PostgresTarget(url=self.url, table=self.table, password=self.password)
+        return PostgresTarget(url=self.url or "", table=self.table or "", password=self.password)  # parse_sink set both
 
     def __str__(self) -> str:
         if self.kind in ("parquet", "json", "delta"):
@@ -229,12 +231,12 @@ def parse_sink(text: str) -> SinkSpec:
 
 # --- checks on local paths before starting -------------------------------------------------
 
-def _numbered(directory: str, spark: object = None) -> list[int]:
+def _numbered(directory: str, spark: "SparkSession | None" = None) -> list[int]:
     return sorted(int(n.split(".")[0]) for n in fs.list_names(directory, spark) if n.split(".")[0].isdigit())
 
 
 def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
-                     layout: str | None = None, spark: object = None) -> None:
+                     layout: str | None = None, spark: "SparkSession | None" = None) -> None:
     """Refuse, before anything starts, what would silently lose or hide output (any filesystem Spark reaches).
 
     A memory sink on a checkpoint with progress (Spark cannot recover it); a file sink directory
@@ -251,7 +253,7 @@ def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
 
 
 def _check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str, layout: str | None,
-                      spark: object) -> None:
+                      spark: "SparkSession | None") -> None:
     layout = layout or ("log" if output_mode == "append" else "batches")
     ck = checkpoint or None
     fresh = ck is not None and not _numbered(fs.join(ck, "commits"), spark) and not _numbered(fs.join(ck, "offsets"), spark)

@@ -213,7 +213,9 @@ def _guess_format(path: str) -> Format:
     return "json"
 
 
-def _check_format(spec: SourceSpec, fmt: str | None) -> Format:
+def record_format(spec: SourceSpec, fmt: str | None) -> Format:
+    """The format records of ``spec`` are read in: ``fmt`` checked, or for a ``files:`` directory
+    without one, what its files are (:func:`_guess_format`); needs no Spark for a local directory."""
     if fmt is None:
         return _guess_format(spec.path or "") if spec.kind == "files" else "json"
     low = str(fmt).lower()
@@ -285,7 +287,7 @@ def kafka_package(spark: "SparkSession | None" = None) -> str:
     >>> kafka_package()
     'org.apache.spark:spark-sql-kafka-0-10_2.13:...'
     """
-    return connectors.kafka_package(None if spark is None else spark.version)
+    return connectors.kafka_coordinates(None if spark is None else spark.version)
 
 
 def _kafka_missing(spark: "SparkSession", spec: SourceSpec) -> ConfigError:
@@ -375,7 +377,7 @@ def open_source(
         spec = parse_source(spec)
     if not isinstance(spec, SourceSpec):
         raise ConfigError(f"open_source: expected a SourceSpec or a spec string, got {type(spec).__name__}")
-    form = _check_format(spec, fmt)
+    form = record_format(spec, fmt)
     struct = to_struct(schema)
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     kw = {"required": required, "max_record_bytes": max_record_bytes}
@@ -428,4 +430,5 @@ __all__ = [
     "kafka_records",
     "open_source",
     "parse_source",
+    "record_format",
 ]

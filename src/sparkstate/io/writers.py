@@ -5,9 +5,11 @@ Every sink is written through ``foreachBatch`` with the writer :func:`batch_writ
 (:class:`~sparkstate.jobs.tee.JobTee`: a job's output rows and dead letters, each to its sink),
 so a sink's layout and its exactly-once bookkeeping exist once:
 
-- ``parquet:DIR`` / ``json:DIR``, append: Spark's own file sink (:class:`FileSinkLog`: files plus
-  ``DIR/_spark_metadata``; a batch id already in the log is skipped);
-- the same in update mode: :class:`FileBatchWriter` (``DIR/batch_id=N``);
+- ``parquet:DIR`` / ``json:DIR``, append: :class:`~sparkstate.io.files.FileSinkLog` (files plus
+  Spark's file-sink log ``DIR/_spark_metadata``; a batch id already in the log is skipped);
+- the same in update mode: :class:`~sparkstate.io.files.FileBatchWriter` (``DIR/batch_id=N``);
+  both write through a hidden staging directory, so that every reader of ``DIR`` sees whole
+  files of committed batches (see :mod:`sparkstate.io.files`);
 - ``postgres:``: :class:`~sparkstate.io.postgres.PostgresBatchWriter` (batch id in the same
   transaction as the rows);
 - ``delta:PATH``: :class:`~sparkstate.io.delta.DeltaBatchWriter` (batch id as the table's
@@ -17,14 +19,14 @@ so a sink's layout and its exactly-once bookkeeping exist once:
 - ``memory[:NAME]``: :class:`MemoryTable`, a temporary view ``NAME`` over every row written so far;
 - ``console``: :class:`ConsoleTable`, the batch printed as a table.
 
-A replayed batch that a writer already holds is skipped; the update-mode file writer still
-runs it (Spark fails a stateful ``foreachBatch`` query whose state stores did not commit a
-batch), the others as Spark's own file sink does (:class:`~sparkstate.jobs.tee.JobTee` runs
-every batch before writing).
+A replayed batch that a writer already holds is skipped; the file writers still run it (Spark
+fails a stateful ``foreachBatch`` query whose state stores did not commit a batch), the others
+as Spark's own file sink does (:class:`~sparkstate.jobs.tee.JobTee` runs every batch before
+writing).
 
 >>> from sparkstate.io.sinks import parse_sink
 >>> describe(parse_sink("json:/out"), "append")
-'json:/out (Spark file sink: files + _spark_metadata)'
+'json:/out (files + _spark_metadata)'
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import uuid
-from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
-from ..errors import ConfigError, SinkError
-from ..session import is_connect
+from ..errors import ConfigError
+from ..spark import is_connect
+from .files import FileBatchWriter, FileSinkLog, path_exists, run_only
 from .postgres import PostgresBatchWriter, PostgresTarget
 
 if TYPE_CHECKING:
@@ -48,11 +50,21 @@ class SinkSpec(Protocol):
     """What a writer is chosen by: a parsed sink spec (:class:`sparkstate.io.sinks.SinkSpec`).
     Written here as a protocol so that this module does not import the module that parses specs."""
 
-    kind: str
-    path: str | None
-    url: str | None
-    table: str | None
-    name: str | None
+    # read-only (properties): a parsed spec is a frozen dataclass, whose fields cannot be set
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def path(self) -> str | None: ...
+
+    @property
+    def url(self) -> str | None: ...
+
+    @property
+    def table(self) -> str | None: ...
+
+    @property
+    def name(self) -> str | None: ...
 
     @property
     def is_file(self) -> bool: ...
@@ -64,149 +76,8 @@ log = logging.getLogger("sparkstate.io.sinks")
 
 #: Console sink: rows shown per micro-batch.
 CONSOLE_ROWS = 100
-_TMP_DIR = "_sparkstate_tmp"
 
 BatchWriter = Callable[["DataFrame", int], None]
-
-
-def run_only(batch_df: "DataFrame") -> None:
-    """Run a batch without writing it (a replay a sink already holds): its state stores still commit."""
-    batch_df.write.format("noop").mode("overwrite").save()
-
-
-class FileBatchWriter:
-    """``foreachBatch`` function writing each micro-batch to ``DIR/batch_id=N``, exactly once.
-
-    The batch is written to ``DIR/_sparkstate_tmp/batch_id=N-<uuid>`` and renamed into place
-    (atomic on local and HDFS file systems); a batch whose directory already exists was
-    committed before and is skipped. Empty batches write nothing.
-
-    Over Spark Connect (no Hadoop file system in this process) the batch is written straight to
-    ``DIR/batch_id=N`` by Spark's writer, whose job commit writes ``_SUCCESS`` last: a
-    directory with ``_SUCCESS`` was committed and is skipped; one without (an attempt that
-    died while committing) is overwritten.
-
-    >>> FileBatchWriter("parquet", "/out")
-    FileBatchWriter('parquet', '/out')
-    """
-
-    def __init__(self, fmt: Literal["parquet", "json"], path: str) -> None:
-        self.fmt = fmt
-        self.path = path.rstrip("/") or "/"
-
-    def __repr__(self) -> str:
-        return f"FileBatchWriter({self.fmt!r}, {self.path!r})"
-
-    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        spark = batch_df.sparkSession
-        if is_connect(spark):
-            self._write_through_spark(batch_df, batch_id)
-            return
-        jvm = spark._jvm  # Hadoop FileSystem: the same code for local, HDFS and object stores
-        HPath = jvm.org.apache.hadoop.fs.Path
-        root = HPath(self.path)
-        fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
-        target = HPath(root, f"batch_id={batch_id}")
-        if fs.exists(target):
-            log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
-            run_only(batch_df)
-            return
-        tmp_root = HPath(root, _TMP_DIR)
-        stale = fs.globStatus(HPath(tmp_root, f"batch_id={batch_id}-*")) or []
-        for status in stale:  # left by an attempt that died before its rename
-            fs.delete(status.getPath(), True)
-        batch_df.persist()
-        try:
-            if batch_df.isEmpty():
-                return
-            tmp = HPath(tmp_root, f"batch_id={batch_id}-{uuid.uuid4().hex}")
-            batch_df.write.format(self.fmt).save(tmp.toString())
-        finally:
-            batch_df.unpersist()
-        if not fs.rename(tmp, target):
-            if fs.exists(target):  # another attempt won the race
-                fs.delete(tmp, True)
-                return
-            raise SinkError(f"{self.fmt}:{self.path}: could not move batch {batch_id} from {tmp.toString()}"
-                            f" to {target.toString()}")
-        log.info("%s:%s: batch %d written", self.fmt, self.path, batch_id)
-
-    def _write_through_spark(self, batch_df: "DataFrame", batch_id: int) -> None:
-        target = f"{self.path.rstrip('/')}/batch_id={batch_id}"
-        if path_exists(batch_df.sparkSession, f"{target}/_SUCCESS"):
-            log.info("%s:%s: batch %d was already written; skipped (replay)", self.fmt, self.path, batch_id)
-            run_only(batch_df)
-            return
-        batch_df.persist()
-        try:
-            if not batch_df.isEmpty():
-                batch_df.write.mode("overwrite").format(self.fmt).save(target)
-                log.info("%s:%s: batch %d written", self.fmt, self.path, batch_id)
-        finally:
-            batch_df.unpersist()
-
-
-def path_exists(spark: "SparkSession", path: str) -> bool:
-    """Whether ``path`` exists where the session's Spark reads (asks Spark: no JVM needed here)."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        spark.read.format("text").load(path).schema
-    except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
-            return False
-        raise
-    return True
-
-
-# Spark moved its file sink between packages (4.1); the formats' classes have stayed put.
-_FILE_SINK_CLASSES = (
-    "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink",
-    "org.apache.spark.sql.execution.streaming.FileStreamSink",
-)
-_FILE_FORMATS = {
-    "parquet": "org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat",
-    "json": "org.apache.spark.sql.execution.datasources.json.JsonFileFormat",
-}
-
-
-def _jvm_class(jvm: Any, name: str) -> Any:
-    obj = jvm
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-class FileSinkLog:
-    """Spark's append-mode file sink, driven from ``foreachBatch``: files + ``DIR/_spark_metadata``.
-
-    The very sink ``writeStream.format("parquet")`` uses, so the directory is read (and made
-    exactly-once) the same way: a batch id already in ``_spark_metadata`` is skipped.
-    """
-
-    def __init__(self, spark: "SparkSession", fmt: str, path: str) -> None:
-        self.fmt = fmt
-        self.path = path
-        jvm = spark._jvm
-        utils = jvm.org.apache.spark.api.python.PythonUtils
-        no_partitions = utils.toSeq(jvm.java.util.ArrayList())
-        no_options = utils.toScalaMap(jvm.java.util.HashMap())
-        file_format = _jvm_class(jvm, _FILE_FORMATS[fmt])()
-        for name in _FILE_SINK_CLASSES:
-            try:
-                self._sink = _jvm_class(jvm, name)(spark._jsparkSession, path, file_format, no_partitions, no_options)
-                break
-            except TypeError:  # py4j: no such class in this Spark ('JavaPackage' object is not callable)
-                continue
-        else:
-            raise SinkError(f"{fmt}:{path}: this Spark version has none of {', '.join(_FILE_SINK_CLASSES)}"
-                            " (Spark's file sink); sparkstate needs PySpark 4.x")
-
-    def __repr__(self) -> str:
-        return f"FileSinkLog({self.fmt!r}, {self.path!r})"
-
-    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        self._sink.addBatch(batch_id, batch_df._jdf)  # skips (without running it) a batch id already in the log
 
 
 class MemoryTable:
@@ -249,7 +120,7 @@ class ConsoleTable:
 def describe(spec: "SinkSpec", output_mode: str, connect: bool = False) -> str:
     """How :func:`batch_writer` writes ``spec`` (for logs)."""
     if spec.is_file:
-        how = ("Spark file sink: files + _spark_metadata" if file_layout(output_mode, connect) == "log"
+        how = ("files + _spark_metadata" if file_layout(output_mode, connect) == "log"
                else "one directory per batch")
         return f"{spec} ({how})"
     return str(spec)

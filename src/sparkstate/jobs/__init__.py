@@ -8,7 +8,7 @@
 'event'
 """
 
-from .config import PIPELINE_NAMES, JobConfig, load_config, read_config_file, read_env
+from .config import PIPELINE_NAMES, JobConfig, check_here, load_config, read_config_file, read_env
 from .control import JobFailedError, is_caught_up, stop_after_current_batch, wait_until_caught_up
 from .pipelines import JOB_PIPELINES, JobPipeline, read_initial_state
 from .run import JobResult, run_pipeline
@@ -20,6 +20,7 @@ __all__ = [
     "JobPipeline",
     "JobResult",
     "PIPELINE_NAMES",
+    "check_here",
     "is_caught_up",
     "load_config",
     "read_config_file",

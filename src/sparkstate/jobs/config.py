@@ -17,18 +17,17 @@ name in capitals with ``_`` (``SPARKSTATE_TIME_MODE``). A config file names its 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..durations import positive_ms
 from ..errors import ConfigError
 from ..paths import absolute_path
 from .pipelines import JOB_PIPELINES
+from .settings import ENV_PREFIX, JOB_SETTINGS, Setting, initial_state_path
 
 if TYPE_CHECKING:
     from ..io.sinks import SinkSpec
@@ -38,142 +37,203 @@ log = logging.getLogger("sparkstate.jobs")
 
 #: The pipelines' names (their declarations: :data:`~sparkstate.jobs.pipelines.JOB_PIPELINES`).
 PIPELINE_NAMES: tuple[str, ...] = tuple(JOB_PIPELINES)
-FORMATS = ("json", "csv", "parquet")
-ENV_PREFIX = "SPARKSTATE_"
-
-#: Pipeline settings that change what a job computes from its first record: given to a pipeline
-#: that does not read them, they are refused (the other pipeline settings are ignored, with a warning).
-REFUSED_ELSEWHERE: tuple[str, ...] = ()
 
 
-def _owners(setting: str) -> list[str]:
-    """The pipelines that read ``setting`` (empty: every pipeline, a setting of the job)."""
-    return [p.name for p in JOB_PIPELINES.values() if setting in p.settings]
+def all_settings() -> dict[str, Setting]:
+    """Every setting by name: the job's (:data:`~sparkstate.jobs.settings.JOB_SETTINGS`), then each pipeline's."""
+    out = {s.name: s for s in JOB_SETTINGS}
+    for p in JOB_PIPELINES.values():
+        for s in p.settings:
+            out.setdefault(s.name, s)
+    return out
 
 
-@dataclass(frozen=True)
+def owners(name: str) -> list[str]:
+    """The pipelines that declare setting ``name`` (empty: a setting of every job)."""
+    return [p.name for p in JOB_PIPELINES.values() if any(s.name == name for s in p.settings)]
+
+
 class JobConfig:
     """One streaming job: a pipeline between a source and a sink (see ``sparkstate run --help``).
 
-    ``source``/``sink``/``deadletter`` are spec strings (:func:`sparkstate.io.sources.parse_source`,
+    ``JobConfig(pipeline, source, **settings)`` takes the job's settings
+    (:data:`~sparkstate.jobs.settings.JOB_SETTINGS`) and the pipeline's own
+    (:attr:`~sparkstate.jobs.pipelines.JobPipeline.settings`, e.g. sessionize's ``gap``,
+    ``time_mode``, ``watermark``, ``max_future_skew``, ``emit_on_last``), each checked by its
+    declaration, then the pipeline's check of their combination: all before Spark starts. A
+    setting left out takes its declared default; it reads as an attribute (``config.gap``).
+    ``source``/``sink``/``deadletter`` are spec strings, parsed once into ``source_spec``,
+    ``sink_spec`` and ``deadletter_spec`` (:func:`sparkstate.io.sources.parse_source`,
     :func:`sparkstate.io.sinks.parse_sink`); ``deadletter=None`` means the sink's default
-    (``DIR/_deadletter`` beside a file sink). ``gap``, ``time_mode`` and ``watermark`` are
-    sessionize's; ``initial_state`` (a Parquet or JSON path, e.g. what ``sparkstate state export``
-    wrote from another checkpoint) is the state every pipeline starts from on a new checkpoint. ``once``: stop
-    when the input available at the start is processed. ``options`` go to the source's reader.
-    ``master``: the Spark master URL (``spark://HOST:PORT``, ``local[2]``, ...) for a session the
-    job starts itself (``None``: ``local[*]``, or what spark-submit configured). ``remote``: a
-    Spark Connect server (``sc://HOST:PORT``) to run the job on instead (``None``: the
-    ``SPARK_REMOTE`` variable, if set). ``engine``: the
-    state engine the pipeline runs on (``None``: the pipeline's default, the fastest).
-    ``max_future_skew`` (sessionize, event time): events whose time is more than this ahead of
-    the processing time go to the dead letters instead of moving the watermark.
-    ``emit_on_last`` (sessionize, event time): write a session that ends with an ``is_last``
-    event in the batch that reads it, not once the watermark passes it; only correct for input
-    in event-time order (see :func:`sparkstate.pipelines.sessionize`).
-    ``packages`` (Maven coordinates, comma-separated) and ``jars`` (local jar paths) go on the
-    classpath of a Spark session the job starts itself (``spark.jars.packages``, ``spark.jars``):
-    Spark's Kafka connector for ``kafka:`` specs (:func:`sparkstate.io.connectors.kafka_package`).
-    ``max_batch_records`` / ``max_batch_files``: the most a micro-batch reads, so that a backlog
-    (a source far ahead of the job) is worked off in batches of bounded size and memory instead
-    of one huge batch: records for the generator (``maxEventsPerTrigger``) and Kafka
-    (``maxOffsetsPerTrigger``), files for a files source (``maxFilesPerTrigger``); ``0`` for no
-    limit. A limit given in ``options`` wins (for files, ``maxBytesPerTrigger`` too). A socket
-    source cannot be limited.
+    (``DIR/_deadletter`` beside a file sink). Relative local paths (of the specs, ``checkpoint``,
+    ``metrics``, ``spark_log``, ``initial_state``) are made absolute against this process's
+    directory: Spark resolves a relative path against its JVM's, which need not be the same.
+    ``options`` go to the source's reader; ``max_batch_records`` / ``max_batch_files`` bound what
+    a micro-batch reads (a limit given in ``options`` wins; a socket source cannot be limited).
+    A config is frozen: :meth:`replace` makes a changed copy.
 
-    >>> JobConfig("running-count", source="files:in").sink
+    >>> JobConfig("running-count", source="files:/in").sink
     'console'
     >>> JobConfig("sessions", source="files:in")
     Traceback (most recent call last):
     ...
     sparkstate.errors.ConfigError: run: unknown pipeline 'sessions'; choose one of sessionize, first-last-activity, running-count, visited-pages
+    >>> JobConfig("running-count", source="files:/in", gap="1 minute")
+    Traceback (most recent call last):
+    ...
+    sparkstate.errors.ConfigError: run: gap applies to sessionize only, not to running-count
     """
 
-    pipeline: str
-    source: str
-    sink: str = "console"
-    checkpoint: str | None = None
-    format: str | None = None
-    deadletter: str | None = None
-    gap: str = "1 minute"
-    time_mode: str = "event"
-    watermark: str = "10 seconds"
-    trigger: str = "1 second"
-    initial_state: str | None = None
-    metrics: str | None = None
-    once: bool = False
-    query_name: str | None = None
-    options: Mapping[str, str] = field(default_factory=dict)
-    spark_log: str | None = None
-    master: str | None = None
-    remote: str | None = None
-    engine: str | None = None
-    max_future_skew: str | None = None
-    emit_on_last: bool = False
-    packages: str | None = None
-    jars: str | None = None
-    max_batch_records: int = 100_000
-    max_batch_files: int = 100
-    # parsed from the three spec strings above by __post_init__
-    source_spec: "SourceSpec" = field(init=False, repr=False, compare=False)
-    sink_spec: "SinkSpec" = field(init=False, repr=False, compare=False)
-    deadletter_spec: "SinkSpec | None" = field(init=False, repr=False, compare=False)
+    source_spec: "SourceSpec"
+    sink_spec: "SinkSpec"
+    deadletter_spec: "SinkSpec | None"
 
-    def __post_init__(self) -> None:
-        for name in ("max_batch_records", "max_batch_files"):
-            value = getattr(self, name)
-            try:
-                number = int(str(value).strip().replace("_", "")) if not isinstance(value, bool) else -1
-            except ValueError:
-                number = -1
-            if number < 0:
-                raise ConfigError(f"run: {name.replace('_', '-')} is a whole number >= 0 (0: no limit), got {value!r}")
-            object.__setattr__(self, name, number)
-        if self.pipeline not in JOB_PIPELINES:
-            raise ConfigError(f"run: unknown pipeline {self.pipeline!r}; choose one of {', '.join(JOB_PIPELINES)}")
-        if not isinstance(self.source, str) or not self.source.strip():
+    def __init__(self, pipeline: str, source: str | None = None, **settings: Any) -> None:
+        if pipeline not in JOB_PIPELINES:
+            raise ConfigError(f"run: unknown pipeline {pipeline!r}; choose one of {', '.join(JOB_PIPELINES)}")
+        declared = {s.name: s for s in (*JOB_SETTINGS, *JOB_PIPELINES[pipeline].settings)}
+        given = {k: v for k, v in settings.items() if v is not None}
+        if source is None or (isinstance(source, str) and not source.strip()):
             raise ConfigError("run: a source is required: --source SPEC (e.g. files:DIR), SPARKSTATE_SOURCE or"
                               " `source` in the config file")
-        if self.format is not None and self.format not in FORMATS:
-            raise ConfigError(f"run: format must be one of {', '.join(FORMATS)}, got {self.format!r}")
-        try:
-            positive_ms(self.trigger, "run: trigger")
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.master is not None and (not isinstance(self.master, str) or not self.master.strip()
-                                        or any(c.isspace() for c in self.master.strip())):
-            raise ConfigError(f"run: master must be a Spark master URL such as spark://HOST:7077 or local[2],"
-                              f" got {self.master!r}")
-        if self.remote is not None and not (isinstance(self.remote, str) and self.remote.strip().startswith("sc://")):
-            raise ConfigError(f"run: remote must be a Spark Connect URL such as sc://HOST:15002, got {self.remote!r}")
-        if self.remote is not None and self.master is not None:
+        given["source"] = source
+        values: dict[str, Any] = {"pipeline": pipeline}
+        for name in given:
+            if name not in declared:
+                where = owners(name)
+                if where:
+                    raise ConfigError(f"run: {name.replace('_', '-')} applies to {' and '.join(where)} only, not to {pipeline}")
+                raise TypeError(f"JobConfig() got an unexpected setting {name!r}")
+        for name, setting in declared.items():
+            values[name] = setting.value(given[name], "run") if name in given else setting.default
+        if values["options"] is None:
+            values["options"] = {}
+        if values["remote"] is not None and values["master"] is not None:
             raise ConfigError("run: give either master (Spark started here) or remote (a Spark Connect server), not both")
-        if self.engine is not None:
-            from ..engines import ENGINES
-
-            if self.engine not in ENGINES:
-                raise ConfigError(f"run: engine must be one of {', '.join(sorted(ENGINES))}, got {self.engine!r}")
-        for name in REFUSED_ELSEWHERE:
-            owners = _owners(name)
-            if getattr(self, name) is not None and self.pipeline not in owners:
-                raise ConfigError(f"run: --{name.replace('_', '-')} applies to {' and '.join(owners)} only,"
-                                  f" not to {self.pipeline}")
-        check = JOB_PIPELINES[self.pipeline].check
-        if check is not None:
-            check(self)
-        # The specs are parsed now, before Spark starts (parsing them needs no Spark), and kept.
-        from ..io.sinks import parse_sink
+        from ..io.sinks import NEED_CHECKPOINT, parse_sink
         from ..io.sources import parse_source
 
-        object.__setattr__(self, "source_spec", parse_source(self.source))
-        object.__setattr__(self, "sink_spec", parse_sink(self.sink))
-        object.__setattr__(self, "deadletter_spec", None if self.deadletter is None else parse_sink(self.deadletter))
+        source_spec = _absolute(parse_source(values["source"]))
+        sink_spec = _absolute(parse_sink(values["sink"]))
+        dead_spec = None if values["deadletter"] is None else _absolute(parse_sink(values["deadletter"]))
+        values["source"] = _spec_text(values["source"], source_spec)
+        values["sink"] = _spec_text(values["sink"], sink_spec)
+        if dead_spec is not None:
+            values["deadletter"] = _spec_text(values["deadletter"], dead_spec)
+        needs = [spec.kind for spec in (sink_spec, dead_spec) if spec is not None and spec.kind in NEED_CHECKPOINT]
+        if needs and values["checkpoint"] is None:
+            raise ConfigError(f"run: a {needs[0]} sink needs --checkpoint DIR (it is what makes the output"
+                              " exactly-once across restarts)")
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_given", frozenset(given))
+        object.__setattr__(self, "source_spec", source_spec)
+        object.__setattr__(self, "sink_spec", sink_spec)
+        object.__setattr__(self, "deadletter_spec", dead_spec)
+        check = JOB_PIPELINES[pipeline].check
+        if check is not None:
+            check(self)
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("_values", {})
+        if name in values:
+            return values[name]
+        where = owners(name)
+        if where:
+            raise AttributeError(f"{name} is a setting of {' and '.join(where)}, not of {values.get('pipeline')}")
+        raise AttributeError(f"JobConfig has no setting {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"JobConfig is frozen: use config.replace({name}=...)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobConfig) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self._values.items() if k != "pipeline"}
+        if self.sink_spec.kind == "postgres":
+            shown["sink"] = str(self.sink_spec)  # the password stays out
+        return f"JobConfig({self.pipeline!r}, {', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+    def given(self, name: str) -> bool:
+        """Whether setting ``name`` was set (not left to its default)."""
+        return name in self._given
+
+    def replace(self, **changes: Any) -> "JobConfig":
+        """A copy with ``changes`` (checked like the constructor's settings)."""
+        values = {k: v for k, v in self._values.items() if k in self._given}
+        values.update(changes)
+        return JobConfig(self.pipeline, **values)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values (``options`` as a dict)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
-        d["options"] = dict(self.options)
+        d = dict(self._values)
+        d["options"] = dict(d["options"])
         return d
+
+
+def _absolute(spec: Any) -> Any:
+    """A parsed source or sink spec with a relative local path made absolute."""
+    if spec.kind in ("files", "parquet", "json") and spec.path:
+        return replace(spec, path=absolute_path(spec.path))
+    return spec
+
+
+def _spec_text(text: str, spec: Any) -> str:
+    """The spec string with its path made absolute (other specs as given: a postgres URL keeps its password)."""
+    return str(spec) if spec.kind in ("files", "parquet", "json") and spec.path else text
+
+
+def check_here(config: JobConfig, remote: str | None = None) -> None:
+    """What ``config`` needs of this machine, checked without Spark: run it before starting Spark.
+
+    A local ``files:`` source directory and a local initial state must exist; the packages a
+    sink needs (``deltalake`` for ``delta:``, ``psycopg`` for ``postgres:``) and, with
+    ``remote`` (a Spark Connect URL), the Connect client must be installed; records that may be
+    refused need a dead-letter sink when the sink has no default one. Each refusal is a
+    :class:`~sparkstate.errors.ConfigError` of one line saying the fix. ``sparkstate run`` calls
+    it before it starts Spark.
+
+    >>> check_here(JobConfig("running-count", source="files:/nonexistent"))
+    Traceback (most recent call last):
+    ...
+    sparkstate.errors.ConfigError: run: the source directory /nonexistent does not exist; create it (files:DIR reads the files that land in DIR)
+    """
+    from ..extras import require
+    from ..paths import local_path
+
+    src = config.source_spec
+    if src.kind == "files" and src.path:
+        here = local_path(src.path)
+        if here is not None and not here.is_dir():
+            raise ConfigError(f"run: the source directory {src.path} does not exist; create it"
+                              " (files:DIR reads the files that land in DIR)")
+    if config.initial_state:
+        path = initial_state_path(config.initial_state)[1]
+        here = local_path(path)
+        if here is not None and not here.exists():
+            raise ConfigError(f"run: the initial state {path} does not exist (--initial-state takes what"
+                              " `sparkstate state export` wrote, or JSON lines)")
+    for spec in (config.sink_spec, config.deadletter_spec):
+        if spec is not None and spec.kind in ("delta", "postgres"):
+            require(spec.kind, f"run: the {spec.kind}: sink")
+    if remote is not None:
+        require("connect", f"run: --remote {remote}")
+    sink = config.sink_spec
+    if config.deadletter_spec is None and sink.deadletter_sink is None and sink.kind != "console":
+        from ..io.sources import record_format
+
+        here = local_path(src.path) if src.kind == "files" and src.path else None
+        typed = src.kind == "files" and (here is None or record_format(src, config.format) == "parquet")
+        if JOB_PIPELINES[config.pipeline].rejects or not typed:  # records may be refused: they need a place
+            raise deadletters_needed(sink)
+
+
+def deadletters_needed(sink: Any) -> ConfigError:
+    """The error for a job whose sink has no default place for dead letters and that was given none."""
+    return ConfigError(f"run: the sink {sink} has no default place for dead letters (malformed records are never"
+                       " dropped silently); pass --deadletter SPEC, e.g. --deadletter json:DIR")
 
 
 #: The reader option each source kind's batch limit goes to, and the options that already limit it.
@@ -204,99 +264,33 @@ def source_options(config: JobConfig) -> dict[str, str]:
     return opts
 
 
-def _absolute(path: str) -> str:
-    return absolute_path(path)
-
-
-def _absolute_spec(spec: str, kinds: tuple[str, ...]) -> str:
-    kind, sep, rest = spec.partition(":")
-    if sep and kind.strip().lower() in kinds and rest.strip():
-        return f"{kind}:{_absolute(rest.strip())}"
-    return spec
-
-
-def with_absolute_paths(config: JobConfig) -> JobConfig:
-    """``config`` with relative local paths made absolute against this process's directory.
-
-    Spark resolves a relative path against its JVM's working directory, which need not be
-    this process's (a notebook that changed directory, a cluster); a job means the latter.
-
-    >>> import os
-    >>> cfg = with_absolute_paths(JobConfig("running-count", source="files:in", sink="json:out", checkpoint="ck"))
-    >>> cfg.source == "files:" + os.path.abspath("in"), cfg.checkpoint == os.path.abspath("ck")
-    (True, True)
-    >>> with_absolute_paths(JobConfig("running-count", source="kafka:h:9092/t", sink="json:s3a://b/out")).sink
-    'json:s3a://b/out'
-    """
-    changes: dict[str, Any] = {"source": _absolute_spec(config.source, ("files",)),
-                               "sink": _absolute_spec(config.sink, ("parquet", "json"))}
-    if config.deadletter:
-        changes["deadletter"] = _absolute_spec(config.deadletter, ("parquet", "json"))
-    for name in ("checkpoint", "metrics", "spark_log"):
-        value = getattr(config, name)
-        if value:
-            changes[name] = _absolute(value)
-    state = config.initial_state
-    if state:
-        changes["initial_state"] = _absolute_spec(state, ("json", "parquet")) if ":" in state else _absolute(state)
-    return dataclasses.replace(config, **changes)
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(JobConfig) if f.init}
-_BOOLS = {"once", "emit_on_last"}
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-
-
-def _key(name: str, where: str) -> str:
+def _setting(name: str, where: str) -> Setting | None:
+    """The declaration of setting ``name`` (``-`` and ``_`` alike); ``None`` for ``pipeline``."""
     key = str(name).strip().lower().replace("-", "_")
-    if key not in _FIELDS:
-        known = ", ".join(n.replace("_", "-") for n in _FIELDS)
-        raise ConfigError(f"{where}: unknown setting {name!r}; known settings: {known}")
-    return key
-
-
-def _bool(value: Any, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigError(f"{where}: expected true or false, got {value!r}")
-
-
-def _options(value: Any, where: str) -> dict[str, str]:
-    if isinstance(value, Mapping):
-        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
-    if isinstance(value, str):
-        out = {}
-        for item in filter(None, (p.strip() for p in value.split(","))):
-            k, eq, v = item.partition("=")
-            if not eq or not k.strip():
-                raise ConfigError(f"{where}: options are KEY=VALUE pairs separated by commas, got {item!r}")
-            out[k.strip()] = v.strip()
-        return out
-    if isinstance(value, (list, tuple)):
-        return _options(",".join(map(str, value)), where)
-    raise ConfigError(f"{where}: options must be a table of KEY = VALUE, got {type(value).__name__}")
+    if key == "pipeline":
+        return None
+    known = all_settings()
+    if key not in known:
+        raise ConfigError(f"{where}: unknown setting {name!r}; known settings:"
+                          f" {', '.join(n.replace('_', '-') for n in ('pipeline', *known))}")
+    return known[key]
 
 
 def _normalize(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The settings of one layer (a file, the environment, the flags), each read by its declaration."""
     out: dict[str, Any] = {}
     for name, value in raw.items():
-        key = _key(name, where)
+        setting = _setting(name, where)
         if value is None:
             continue
-        if key in _BOOLS:
-            out[key] = _bool(value, f"{where}: {key}")
-        elif key == "options":
-            out[key] = _options(value, f"{where}: options")
+        if setting is None:
+            out["pipeline"] = str(value)
+        elif setting.kind in ("bool", "options"):
+            out[setting.name] = setting.value(value, where)
         elif isinstance(value, (dict, list)):
-            raise ConfigError(f"{where}: {key} must be a single value, got {type(value).__name__}")
+            raise ConfigError(f"{where}: {setting.name} must be a single value, got {type(value).__name__}")
         else:
-            out[key] = str(value)
+            out[setting.name] = str(value)
     return out
 
 
@@ -355,13 +349,9 @@ def read_env(env: Mapping[str, str]) -> dict[str, Any]:
     >>> read_env({"SPARKSTATE_SINK": "console", "SPARKSTATE_ONCE": "1", "SPARKSTATE_SPARK_LOG_LEVEL": "WARN"})
     {'sink': 'console', 'once': True}
     """
-    raw = {}
-    for name, value in env.items():
-        if name.startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX):].lower()
-            if key in _FIELDS:
-                raw[key] = value
-    return _normalize(raw, "environment")
+    known = {s.env: s.name for s in all_settings().values()}
+    known[ENV_PREFIX + "PIPELINE"] = "pipeline"
+    return _normalize({known[k]: v for k, v in env.items() if k in known}, "environment")
 
 
 def load_config(
@@ -410,11 +400,12 @@ def _drop_foreign_settings(merged: dict[str, Any], origin: Mapping[str, str]) ->
     pipeline = JOB_PIPELINES.get(merged["pipeline"])
     if pipeline is None:
         return  # JobConfig names the known pipelines
+    own = {s.name for s in pipeline.settings}
     for key in list(merged):
-        owners = _owners(key)
-        if owners and key not in pipeline.settings and key not in REFUSED_ELSEWHERE:
+        where = owners(key)
+        if where and key not in own:
             log.warning("run: %s (from the %s) applies to %s only; %s ignores it",
-                        key.replace("_", "-"), origin[key], " and ".join(owners), pipeline.name)
+                        key.replace("_", "-"), origin[key], " and ".join(where), pipeline.name)
             del merged[key]
 
 
@@ -422,10 +413,12 @@ __all__ = [
     "ENV_PREFIX",
     "JobConfig",
     "PIPELINE_NAMES",
-    "REFUSED_ELSEWHERE",
+    "all_settings",
+    "check_here",
+    "deadletters_needed",
     "load_config",
+    "owners",
     "read_config_file",
     "read_env",
     "source_options",
-    "with_absolute_paths",
 ]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailedError
+from ..paths import cache_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,8 +81,6 @@ def _server(url: str) -> str:
 
 
 def note_path(url: str, checkpoint: str) -> Path:
-    from ..io.connectors import cache_dir
-
     digest = hashlib.sha256(f"{_server(url)}\n{checkpoint}".encode()).hexdigest()[:20]
     return cache_dir() / "connect-runs" / f"{digest}.json"
 
@@ -117,14 +116,15 @@ def claim(spark: "SparkSession", checkpoint: str, query_name: str, what: str) ->
         return None
     path = note_path(url, checkpoint)
     note = _read(path)
-    if note is not None and note["session_id"] != spark.session_id:
+    session_id: str = spark.session_id  # type: ignore[attr-defined]  # a Spark Connect session's
+    if note is not None and note["session_id"] != session_id:
         _take_over(url, note, checkpoint, query_name, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"session_id": spark.session_id, "pid": os.getpid(), "query": query_name,
+    tmp.write_text(json.dumps({"session_id": session_id, "pid": os.getpid(), "query": query_name,
                                "checkpoint": checkpoint, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
     tmp.replace(path)
-    return Claim(path, spark.session_id)
+    return Claim(path, session_id)
 
 
 def _take_over(url: str, note: dict[str, Any], checkpoint: str, query_name: str, what: str) -> None:
@@ -156,7 +156,7 @@ def _take_over(url: str, note: dict[str, Any], checkpoint: str, query_name: str,
             log.warning("%s: a run of this job whose client is gone (process %d) was still running on the Spark"
                         " Connect server; stopping it after its running batch before this run starts (committed"
                         " batches stay, the rest is redone)", what, pid)
-            stop_after_current_batch(query)
+            stop_after_current_batch(query)  # type: ignore[arg-type]  # Connect's query has the same methods
     finally:
         try:
             other.stop()

@@ -43,7 +43,7 @@ def generate_files(directory: str | os.PathLike, config: StreamConfig, files: in
         raise ConfigError("generate: writing files needs a number of events (--events N)")
     records = stream_records(config)
     names = write_lines_in_order([r.line for r in records], directory, files, "generate")
-    kinds = dict(sorted(Counter(r.kind for r in records).items()))
+    kinds: dict[str, int] = dict(sorted(Counter(r.kind for r in records).items()))
     return GeneratedFiles(str(Path(directory)), [str(p) for p in names], len(records), kinds)
 
 

@@ -21,38 +21,28 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark.sql import functions as F
 
 from .. import fs
 from ..ddl import column_names
-from ..durations import positive_ms, to_ms
 from ..errors import ConfigError
 from ..io.parse import RAW, SOURCE
-from ..pipelines import first_last_activity, running_count, sessionize, visited_pages
-from ..pipelines.sessionize import LATE_PREFIX, REJECTED, TIME_MODES
-from ..pipelines.visited_pages import PAGES_COLUMN
+# Each function from its own module: the package re-exports them under their modules' names,
+# so `from ..pipelines import sessionize` and `from ..pipelines.sessionize import ...` disagree.
+from ..pipelines.first_last_activity import first_last_activity
+from ..pipelines.running_count import running_count
+from ..pipelines.sessionize import LATE_PREFIX, REJECTED, TIME_MODES, sessionize
+from ..pipelines.visited_pages import PAGES_COLUMN, visited_pages
 from ..synthetic.generator import EVENT_SCHEMA
+from .settings import Setting, SettingValues, initial_state_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+
 log = logging.getLogger("sparkstate.jobs")
-
-
-class JobSettings(Protocol):
-    """What a pipeline's builder reads of a job's settings (a :class:`~sparkstate.jobs.JobConfig`)."""
-
-    pipeline: str
-    checkpoint: str | None
-    initial_state: str | None
-    engine: str | None
-    gap: str
-    time_mode: str
-    watermark: str
-    max_future_skew: str | None
-    emit_on_last: bool
 
 
 @dataclass(frozen=True)
@@ -94,9 +84,10 @@ class JobPipeline:
     the output (beyond its row count) to the per-batch metrics. ``refusals``: the output may
     hold records the pipeline refused (:class:`Refusals`); such a pipeline is given the events
     with their raw text and origin (:data:`CARRY`) to copy into them. ``settings``: the
-    :class:`~sparkstate.jobs.JobConfig` fields only this pipeline (and others naming them) reads;
-    the others ignore them. ``check(config)``: refuses (:class:`~sparkstate.errors.ConfigError`)
-    a value of those settings the pipeline cannot run with, before Spark starts. ``marker``: the
+    pipeline's own settings (:class:`~sparkstate.jobs.settings.Setting`), declared here once:
+    flag, variable, file key, help and check come from them; a job of another pipeline ignores
+    them. ``check(config)``: refuses (:class:`~sparkstate.errors.ConfigError`) a combination of
+    settings the pipeline cannot run with, before Spark starts. ``marker``: the
     settings its checkpoint records, which a restart must keep
     (:func:`~sparkstate.jobs.run.check_checkpoint`).
     """
@@ -104,12 +95,12 @@ class JobPipeline:
     name: str
     schema: str
     output_mode: str
-    build: Callable[["DataFrame", JobSettings, "SparkSession"], "DataFrame"]
+    build: Callable[["DataFrame", SettingValues, "SparkSession"], "DataFrame"]
     output_label: str = "rows emitted"
     observe: Callable[[], list["Column"]] | None = None
     refusals: Refusals | None = None
-    settings: tuple[str, ...] = ()
-    check: Callable[[JobSettings], None] | None = None
+    settings: tuple[Setting, ...] = ()
+    check: Callable[[SettingValues], None] | None = None
     marker: tuple[Kept, ...] = ()
 
     @property
@@ -122,7 +113,7 @@ class JobPipeline:
         """The input columns, from :attr:`schema`."""
         return column_names(self.schema)
 
-    def marker_of(self, config: JobSettings) -> dict[str, Any]:
+    def marker_of(self, config: SettingValues) -> dict[str, Any]:
         """What a checkpoint of this pipeline records (``_sparkstate_job.json``)."""
         return {"pipeline": self.name, **{k.setting: getattr(config, k.setting) for k in self.marker}}
 
@@ -131,16 +122,16 @@ class JobPipeline:
 CARRY = (RAW, SOURCE)
 
 
-def _sessionize(events: "DataFrame", cfg: JobSettings, spark: "SparkSession") -> "DataFrame":
+def _sessionize(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
     # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
-    return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,  # type: ignore[arg-type]
+    return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
-                      max_future_skew=cfg.max_future_skew if cfg.time_mode == "event" else None,
-                      checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last and cfg.time_mode == "event",
+                      max_future_skew=cfg.max_future_skew,  # event time only: _check_sessionize
+                      checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last,
                       initial_state=_initial(spark, cfg, None))
 
 
-def _engine(cfg: JobSettings) -> str | None:
+def _engine(cfg: SettingValues) -> str | None:
     # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine)
     return cfg.engine
 
@@ -168,9 +159,9 @@ def read_initial_state(spark: "SparkSession", path: str, schema: str | None = IN
     >>> read_initial_state(ss.spark_session(), p).collect()
     [Row(user_id='a', visited_pages=['page1'])]
     """
-    fmt, sep, rest = path.partition(":")
-    if sep and fmt in ("json", "parquet"):
-        target = rest
+    given, target = initial_state_path(path)
+    if given is not None:
+        fmt = given
     else:
         target, fmt = path, "parquet"
         try:
@@ -191,34 +182,41 @@ def read_initial_state(spark: "SparkSession", path: str, schema: str | None = IN
         raise ConfigError(f"run: cannot read the initial state {path} as {fmt}: {str(exc).splitlines()[0]}") from None
 
 
-def _initial(spark: "SparkSession", cfg: JobSettings, schema: str | None) -> "DataFrame | None":
+def _initial(spark: "SparkSession", cfg: SettingValues, schema: str | None) -> "DataFrame | None":
     # The initial state applies when the checkpoint is new; the operator ignores it on a restart.
     return read_initial_state(spark, cfg.initial_state, schema) if cfg.initial_state else None
 
 
-def _visited_pages(events: "DataFrame", cfg: JobSettings, spark: "SparkSession") -> "DataFrame":
+def _visited_pages(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
     return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg),
                          checkpoint=cfg.checkpoint)
 
 
-#: The settings sessionize reads (the other pipelines ignore them).
-SESSIONIZE_SETTINGS = ("gap", "time_mode", "watermark", "max_future_skew", "emit_on_last")
+#: The settings sessionize reads (a job of another pipeline ignores them).
+SESSIONIZE_SETTINGS = (
+    Setting("gap", "inactivity that ends a session", "1 minute", kind="duration", metavar="DURATION"),
+    Setting("time_mode", "the clock that times sessions out: event (the events' own timestamps, with a watermark)"
+                         " or processing (this machine's clock; late events do not exist)", "event", kind="choice",
+            choices=TIME_MODES),
+    Setting("watermark", "event time: allowed lateness; an event older than the latest event time minus this"
+                         " goes to the dead letters", "10 seconds", kind="lateness", metavar="DURATION"),
+    Setting("max_future_skew", "event time: events more than this ahead of the processing time go to the dead"
+                               " letters instead of moving the watermark (default: no limit)", kind="duration",
+            metavar="DURATION"),
+    Setting("emit_on_last", "event time: write a session ending with an is_last event at once, not when the"
+                            " watermark passes it (only correct for input in event-time order; default: off)",
+            False, kind="bool"),
+)
 
 
-def _check_sessionize(cfg: JobSettings) -> None:
-    if cfg.time_mode not in TIME_MODES:
-        raise ConfigError(f"run: time mode must be 'event' or 'processing', got {cfg.time_mode!r}")
-    try:
-        positive_ms(cfg.gap, "run: gap")
-        if to_ms(cfg.watermark, "run: watermark") < 0:
-            raise ValueError(f"run: watermark must be zero or positive, got {cfg.watermark!r}")
-        if cfg.max_future_skew is not None:
-            positive_ms(cfg.max_future_skew, "run: max-future-skew")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if cfg.emit_on_last and cfg.time_mode != "event":
-        raise ConfigError("run: --emit-on-last applies to --time-mode event (processing time always writes a"
-                          " session at its is_last event)")
+def _check_sessionize(cfg: SettingValues) -> None:
+    if cfg.time_mode == "event":
+        return
+    for name in ("watermark", "max_future_skew", "emit_on_last"):
+        if cfg.given(name) and getattr(cfg, name):
+            flag = name.replace("_", "-")
+            raise ConfigError(f"run: --{flag} applies to --time-mode event; processing time has no watermark"
+                              f" (drop --{flag}, or use --time-mode event)")
 
 
 JOB_PIPELINES: dict[str, JobPipeline] = {

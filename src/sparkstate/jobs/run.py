@@ -36,17 +36,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .. import fs
-from ..durations import positive_ms
+from ..durations import to_ms
 from ..errors import ConfigError, JobFailedError, StateSchemaError
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_raw, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
-from ..session import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
+from ..spark import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from . import connect_runs
-from .config import JobConfig, source_options, with_absolute_paths
+from .config import JobConfig, deadletters_needed, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .pipelines import JOB_PIPELINES, JobPipeline, Refusals
 from .tee import DEAD, OUT, JobTee
@@ -107,10 +107,7 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
         return sink.deadletter_sink
     if sink.kind == "console":
         return parse_sink("console")
-    raise ConfigError(
-        f"run: the sink {sink} has no default place for dead letters (malformed records are never dropped"
-        " silently); pass --deadletter SPEC, e.g. --deadletter json:DIR"
-    )
+    raise deadletters_needed(sink)
 
 
 # --- the checkpoint: whose is it? ----------------------------------------------------------------
@@ -282,20 +279,12 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
     combined, out_schema, refuses = _tee_input(output, source.dead_letters, pipeline, str(source.spec))
     dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
-    checkpoint = config.checkpoint
-    if checkpoint is None:
-        needs = [s.kind for s in (sink, dead_sink) if s is not None and s.kind not in ("console", "memory")]
-        if needs:
-            raise ConfigError(f"run: a {needs[0]} sink needs --checkpoint DIR (it is what makes the output"
-                              " exactly-once across restarts)")
+    checkpoint = config.checkpoint  # a sink that needs one has one: JobConfig
     connect = is_connect(spark)
     check_sink_paths(sink, checkpoint, pipeline.output_mode, file_layout(pipeline.output_mode, connect), spark)
     if dead_sink is not None:
         check_sink_paths(dead_sink, checkpoint, "append", file_layout("append", connect), spark)
-    try:
-        trigger_ms = positive_ms(config.trigger, "run: trigger")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    trigger_ms = to_ms(config.trigger)  # checked by JobConfig
     ck = checkpoint or tempfile.mkdtemp(prefix="sparkstate-checkpoint-")  # console and memory sinks only
     name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
     return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms)
@@ -326,8 +315,8 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     function that raised, its exception and the key). Bad settings, and a checkpoint made by
     another pipeline or holding state that does not fit, raise a
     :class:`~sparkstate.errors.SparkStateError` before anything is written. ``on_batch(metrics,
-    totals)`` is called on Spark's listener thread after every batch. Relative local paths are
-    taken from this process's directory (:func:`~sparkstate.jobs.config.with_absolute_paths`).
+    totals)`` is called on Spark's listener thread after every batch. Relative local paths were
+    made absolute from this process's directory when ``config`` was made (:class:`JobConfig`).
     Nothing is printed.
 
     >>> import sparkstate as ss, tempfile, os
@@ -340,7 +329,6 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
     ('caught_up', 2, 1)
     """
     started = time.monotonic()
-    config = with_absolute_paths(config)
     job = _define(spark, config)
     what = f"run {job.pipeline.name}"
     # Over Connect: a run of this job left on the server by a client that is gone is stopped first.

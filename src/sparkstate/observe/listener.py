@@ -62,7 +62,8 @@ class JsonProgressListener(StreamingQueryListener):
         if "_jlistenerobj" not in self.__dict__:
             from pyspark import SparkContext
 
-            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
+            jvm: Any = SparkContext._jvm  # the listener is registered on a classic session only
+            self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JsonEvents(self))
         return self._jlistenerobj
 
 
@@ -211,7 +212,7 @@ def add_listener(spark: Any, listener: StreamingQueryListener) -> None:
     an arriving event hangs for good. A no-op listener added once per session keeps
     :func:`remove_listener` from ever removing the last one.
     """
-    from ..session import is_connect
+    from ..spark import is_connect
 
     if is_connect(spark) and spark.session_id not in _anchored:
         spark.streams.addListener(_Anchor())

@@ -135,7 +135,7 @@ def _number(value: Any) -> float | None:
 
 
 def _sum(ops: list[Mapping[str, Any]], key: str) -> int | None:
-    values = [op.get(key) for op in ops if isinstance(op.get(key), int)]
+    values = [v for v in (op.get(key) for op in ops) if isinstance(v, int)]
     return sum(values) if values else None
 
 

@@ -1,6 +1,6 @@
 """Sessionization: group each key's events into sessions that end on a flag or after a gap.
 
-Built on :func:`sparkstate.operators.flat_map_groups_with_state`; the open sessions of a key are
+A ``flat_map_groups_with_state`` query (:func:`sparkstate.compile.compile_plan`); the open sessions of a key are
 its state, and a finished session is emitted exactly once, as one output row. In event time the
 sessions do not depend on arrival order or micro-batch boundaries (within the watermark).
 """
@@ -27,9 +27,10 @@ from ..errors import ConfigError
 from ..group_state import GroupStateTimeout
 from ..engines import Engine
 from ..engines.base import NULL_WATERMARK_COLUMN, WATERMARK_DELAY_KEY, has_watermark
-from ..operators import flat_map_groups_with_state
+from ..compile import compile_plan
 from .checks import check_column, require_dataframe
-from .sessionizer import LATE_PREFIX, OpenSession, Sessionizer, TimeMode, iso_ms
+from .columnar_sessionizer import SessionLogic
+from .sessionizer import LATE_PREFIX, REASON, OpenSession, SessionRow, Sessionizer, TimeMode, iso_ms
 
 TIME_MODES = ("event", "processing")
 Late = Literal["drop", "emit"]
@@ -166,20 +167,28 @@ def sessionize(
                                           max_future_skew, emit_on_last, event_time_column)
     df = _operator_input(events, key, timestamp, data, last_flag, mode, emit, carry, skew_ms, max_future_skew,
                          watermark_ms)
-    return flat_map_groups_with_state(
+    func = Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
+                       bool(emit_on_last), event_time_column is not None)
+    output_type = _output_type(events, key, timestamp, data, last_flag, emit, carry, event_time_column, gap_ms)
+    # Event time on a stream: the same rules as column operations over a bucket of keys, for an
+    # engine that groups keys (the plan's bucket logic; the others call func per key).
+    logic = SessionLogic(func, output_type.names) if mode == "event" and events.isStreaming else None
+    return compile_plan(
         df,
+        operator_name="flat_map_groups_with_state",
         key=key,
-        func=Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
-                          bool(emit_on_last), event_time_column is not None),
+        func=func,
         state_type=OpenSession,
-        output_type=_output_type(events, key, timestamp, data, last_flag, emit, carry, event_time_column, gap_ms),
+        output_type=output_type,
         timeout=GroupStateTimeout.EventTimeTimeout if mode == "event" else GroupStateTimeout.ProcessingTimeTimeout,
         initial_state=initial_state,
         output_mode="append",
+        flat=True,
         engine=engine,
         checkpoint=checkpoint,
         event_time_column=event_time_column,
-    )
+        bucket_logic=logic,
+    ).dataframe(df)
 
 
 def _check_settings(time_mode: Any, gap: Duration, watermark: Duration) -> tuple[TimeMode, int, int]:
@@ -279,12 +288,13 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
                              if WATERMARK_DELAY_KEY in (f.metadata or {})), watermark_ms)
         if not emit:
             df = df.where(ts.isNotNull())
-    cols = [
-        F.col(key),
-        ts if ts is not None else F.lit(None).cast("timestamp").alias("_sparkstate_ts"),
-        F.col(data).cast("string"),
-        F.coalesce(F.col(last_flag), F.lit(False)) if last_flag is not None else F.lit(False),
-    ]
+    fields = {  # the columns of SessionRow's fields, selected in its order
+        "key": F.col(key),
+        "time": ts if ts is not None else F.lit(None).cast("timestamp").alias("_sparkstate_ts"),
+        "data": F.col(data).cast("string"),
+        "last": F.coalesce(F.col(last_flag), F.lit(False)) if last_flag is not None else F.lit(False),
+    }
+    cols = [fields[f] for f in SessionRow._fields[:REASON]]
     if emit:
         # Spark drops input rows at or behind the watermark inside the stateful operator when a
         # column of the operator's input carries the watermark (its metadata). So no column
@@ -294,7 +304,7 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
         # an alias whose metadata is empty as redundant, and the timestamp's watermark with it.
         names = [key, timestamp or "_sparkstate_ts", data, last_flag or "_sparkstate_last"]
         cols = [c.alias(n, metadata=_NO_WATERMARK) for c, n in zip(cols, names)]
-        cols.append(reject.alias(_REJECT, metadata=_NO_WATERMARK))
+        cols.append(reject.alias(_REJECT, metadata=_NO_WATERMARK))  # SessionRow.reason, then its carry
         cols += [F.col(c).alias(c, metadata=_NO_WATERMARK) for c in carry]
         if mode == "event" and df.isStreaming:
             cols.append(F.lit(None).cast("timestamp").alias(_WATERMARK, metadata={WATERMARK_DELAY_KEY: delay_ms}))

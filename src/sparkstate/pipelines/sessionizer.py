@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, NamedTuple
 
 from ..durations import instant_ms, utc
 from ..group_state import GroupState
@@ -78,7 +78,7 @@ class OpenSession:
         if t_ms is not None:
             self.start_ms = t_ms if self.start_ms is None else min(self.start_ms, t_ms)
             self.end_ms = t_ms if self.end_ms is None else max(self.end_ms, t_ms)
-        self.events.append(data)
+        self.events.append(data)  # type: ignore[arg-type]  # a null data is kept as null (arrays hold nulls)
 
     def sessions(self) -> list[tuple[list[int], list, bool]]:
         """The open sessions as ``(times, events, closed)``."""
@@ -116,6 +116,35 @@ class OpenSession:
         return list(zip(times, lasts, events))
 
 
+class SessionRow(NamedTuple):
+    """One row of sessionize's operator input, field by field in column order: the one
+    declaration of that layout (:func:`~sparkstate.pipelines.sessionize` selects the columns in
+    this order; both sessionizers read them by these names).
+
+    ``reason`` (``late="emit"`` only): why SQL already refused the row (``max_future_skew``), else
+    ``None``. ``carry``: the carried columns' values (``late="emit"``), which the input holds
+    as the columns after ``reason``; then (event time on a stream) the always-null watermark column.
+    """
+
+    key: Any
+    time: datetime | None
+    data: str | None
+    last: bool
+    reason: str | None = None
+    carry: tuple = ()
+
+    @classmethod
+    def of(cls, row: Any, n_carry: int) -> "SessionRow":
+        """The record of an input row as an engine hands it (a ``Row`` of the operator input)."""
+        if len(row) <= REASON:
+            return cls(*row[:REASON])
+        return cls(row[KEY], row[TIME], row[DATA], row[LAST], row[REASON], tuple(row[CARRY: CARRY + n_carry]))
+
+
+#: Each field's column in the operator input (the carried columns start at ``CARRY``).
+KEY, TIME, DATA, LAST, REASON, CARRY = range(len(SessionRow._fields))
+
+
 def _event_order(e: tuple[int, bool, str | None]) -> tuple:
     return (e[0], e[1], e[2] is not None, e[2] or "")
 
@@ -123,9 +152,11 @@ def _event_order(e: tuple[int, bool, str | None]) -> tuple:
 class Sessionizer:
     """The group function (picklable: holds plain settings only).
 
-    Values are rows ``(key, timestamp, data, last_flag)``, as :func:`sessionize` selects them;
-    with ``emit`` (``late="emit"``) then the reject reason (``None`` unless ``max_future_skew``
-    refused the row), the ``n_carry`` carried columns, and the (null) watermark column.
+    Values are rows laid out as :class:`SessionRow` (key, timestamp, data, last flag; with
+    ``emit`` (``late="emit"``) then the reject reason, the ``n_carry`` carried columns and the
+    (null) watermark column), as :func:`sessionize` selects them. Event-time sessionize on a
+    stream runs the same rules over a bucket of keys at a time where the engine groups keys
+    (:class:`~.columnar_sessionizer.SessionLogic`, the plan's bucket logic).
     """
 
     def __init__(self, gap_ms: int, time_mode: TimeMode, streaming: bool, has_timestamp: bool,
@@ -141,16 +172,6 @@ class Sessionizer:
         self.time_column = time_column
         self.__name__ = "sessionize"
 
-    @property
-    def _sparkstate_processor(self) -> type | None:
-        """The batched engine's processor for event time on a stream, which runs a bucket at a time
-        over columns (:mod:`.batch_sessionizer`); None (processing time, a static input): the per-key loop."""
-        if self.time_mode == "event" and self.streaming:
-            from .batch_sessionizer import SessionProcessor
-
-            return SessionProcessor
-        return None
-
     def _row(self, key: Any, s: OpenSession, closed_by: str) -> tuple:
         start = None if s.start_ms is None else utc(s.start_ms)
         end = None if s.end_ms is None else utc(s.end_ms)
@@ -158,7 +179,7 @@ class Sessionizer:
         return row + (None,) if self.emit else row
 
     def _session_row(self, key: Any, times: list[int], data: list, closed: bool) -> tuple:
-        row = (key, utc(times[0]), utc(times[-1]), len(data), data, "last_event" if closed else "timeout")
+        row: tuple = (key, utc(times[0]), utc(times[-1]), len(data), data, "last_event" if closed else "timeout")
         if self.time_column:
             # end + gap + 1 ms is after the previous micro-batch's watermark W, as Spark requires of
             # an event-time column: a session is emitted in the first batch where it is final, so
@@ -168,15 +189,17 @@ class Sessionizer:
             row += (utc(times[-1] + self.gap_ms + 1),)
         return row + (None,) if self.emit else row
 
-    def _rejected(self, key: Any, r: Any, reason: str) -> tuple:
-        record = (reason, r[1], r[2], bool(r[3])) + tuple(r[5: 5 + self.n_carry])
+    def rejected_row(self, key: Any, row: SessionRow, reason: str) -> tuple:
+        """The output row of an input row refused with ``reason`` (``late="emit"``): null session
+        columns and the ``rejected`` record (reason, time, data, flag, the carried columns)."""
+        record = (reason, row.time, row.data, bool(row.last)) + tuple(row.carry)
         return (key, None, None, None, None, None) + ((None,) if self.time_column else ()) + (record,)
 
-    def _refused(self, r: Any, watermark_ms: int) -> str | None:
+    def refusal(self, row: SessionRow, watermark_ms: int) -> str | None:
         """Why a row cannot join a session (``late="emit"``), or ``None``."""
-        if r[4] is not None:  # max_future_skew, decided in SQL before the watermark saw the row
-            return r[4]
-        t = r[1]
+        if row.reason is not None:  # max_future_skew, decided in SQL before the watermark saw the row
+            return row.reason
+        t = row.time
         if t is None:
             return "event_time is null"
         if self.streaming:
@@ -205,14 +228,16 @@ class Sessionizer:
             # before anything touches the state.
             kept = []
             for r in rows:
-                reason = self._refused(r, watermark_ms)
+                row = SessionRow.of(r, self.n_carry)
+                reason = self.refusal(row, watermark_ms)
                 if reason is None:
                     kept.append(r)
                 else:
-                    out.append(self._rejected(key, r, reason))
+                    out.append(self.rejected_row(key, row, reason))
             rows = kept
-        # (unpacked, not indexed: a Row's [] is a Python-level method, three calls per event)
-        events = [(_floor_ms(t), bool(last), d) for _k, t, d, last, *_rest in rows]
+        # SessionRow's fields, unpacked rather than indexed (a Row's [] is a Python-level method,
+        # three calls per event)
+        events = [(_floor_ms(t), bool(last), d) for _key, t, d, last, *_rest in rows]
         stored: OpenSession | None = state.getOption
         if stored is not None:
             pending = stored.pending()
@@ -249,7 +274,7 @@ class Sessionizer:
         if not self.streaming:  # a static input is complete: the watermark is past every session
             i = len(sessions)
         else:
-            for times, data, closed in sessions:
+            for times, _data, closed in sessions:
                 if (times[-1] - 1 if closed else times[-1] + gap) >= watermark_ms:
                     break
                 i += 1
@@ -286,15 +311,15 @@ class Sessionizer:
         current: OpenSession | None = state.getOption
         now_ms = state.getCurrentProcessingTimeMs()
         out = []
-        for r in rows:  # arrival order
+        for _key, t, d, last, *_rest in rows:  # SessionRow's fields, in arrival order
             if current is None:
                 current = OpenSession()
             if not self.has_timestamp:
                 t_ms: int | None = now_ms
             else:
-                t_ms = None if r[1] is None else instant_ms(r[1])
-            current.add(t_ms, r[2])
-            if r[3]:
+                t_ms = None if t is None else instant_ms(t)
+            current.add(t_ms, d)
+            if last:
                 out.append(self._row(key, current, "last_event"))
                 current = None
         if current is None:

@@ -7,6 +7,6 @@ Every checkpoint is read through the engine that wrote it (:mod:`sparkstate.engi
 """
 
 from ..engines.evolution import FieldChange, check_compatible, diff_schemas
-from .read import engine_of, export, keys, read, stats, stored_schema, stored_schemas
+from .read import check_local, engine_of, export, keys, read, stats, stored_schema, stored_schemas
 
-__all__ = ["FieldChange", "check_compatible", "diff_schemas", "engine_of", "export", "keys", "read", "stats", "stored_schema", "stored_schemas"]
+__all__ = ["FieldChange", "check_compatible", "check_local", "diff_schemas", "engine_of", "export", "keys", "read", "stats", "stored_schema", "stored_schemas"]

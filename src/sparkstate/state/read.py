@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import fs
 from ..engines.base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN
@@ -21,7 +21,35 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["engine_of", "export", "has_state", "keys", "operators", "read", "stats", "stored_schema", "stored_schemas"]
+__all__ = ["check_local", "engine_of", "export", "has_state", "keys", "operators", "read", "stats", "stored_schema", "stored_schemas"]
+
+
+def check_local(checkpoint: str | os.PathLike) -> None:
+    """What can be told of a local ``checkpoint`` without Spark: it exists and has committed state.
+
+    Raises :class:`~sparkstate.errors.StateSchemaError` as :func:`read` would, but before any
+    Spark starts (``sparkstate state`` calls it first); a remote URI is left to :func:`read`.
+
+    >>> check_local("/nonexistent")
+    Traceback (most recent call last):
+    ...
+    sparkstate.errors.StateSchemaError: checkpoint /nonexistent does not exist; give the checkpoint directory of a query (its --checkpoint or checkpointLocation)
+    """
+    from pathlib import Path
+
+    from ..errors import StateSchemaError
+    from ..paths import local_path
+
+    here = local_path(absolute_path(checkpoint))
+    if here is None:
+        return
+    if not here.exists():
+        raise StateSchemaError(f"checkpoint {here} does not exist; give the checkpoint directory of a query"
+                               " (its --checkpoint or checkpointLocation)")
+    commits = Path(here) / "commits"
+    if not (here / "state").is_dir() or not commits.is_dir() or not any(n.name.isdigit() for n in commits.iterdir()):
+        raise StateSchemaError(f"checkpoint {here} has no committed state yet (no batch has completed); run the"
+                               " query until it commits a batch, or give another checkpoint")
 
 
 def engine_of(spark: "SparkSession", checkpoint: str | os.PathLike) -> str:
@@ -59,8 +87,8 @@ def read(spark: "SparkSession", checkpoint: str | os.PathLike, batch_id: int | N
     from pyspark.sql import functions as F
 
     rec = _records(spark, checkpoint, batch_id)
-    key_fields = rec.schema["key"].dataType.names
-    value_fields = rec.schema["value"].dataType.names
+    key_fields = cast("StructType", rec.schema["key"].dataType).names
+    value_fields = cast("StructType", rec.schema["value"].dataType).names
     cols = [F.col(f"key.`{k}`").alias(k) for k in key_fields]
     cols += [F.col(f"value.`{v}`").alias(v) for v in value_fields if v not in key_fields]
     cols.append(F.col(INITIAL_TIMEOUT_COLUMN))

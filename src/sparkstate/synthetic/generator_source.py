@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -93,7 +93,7 @@ class GeneratorDataSource(DataSource):
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.config, own = _split(dict(options))
         if self.config.events is None:
             raise ConfigError("generator: a batch read needs a total; pass the option events=N")
@@ -107,7 +107,7 @@ class _BatchReader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.config, own = _split(dict(options))
         self.parts = int(own.get("partitions", 2))
         self.max_per_trigger = int(own["maxEventsPerTrigger"]) if "maxEventsPerTrigger" in own else None

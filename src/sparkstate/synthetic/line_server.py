@@ -50,7 +50,7 @@ class LineServer:
         if rate is not None and not rate > 0:
             raise ConfigError(f"serve_lines: rate is lines per second and must be > 0 (or None), got {rate!r}")
         if callable(lines):
-            self._factory: Callable[[], Iterable[str]] = lines
+            self._factory: Callable[[], Iterable[str | bytes]] = lines
         else:
             fixed = list(lines)
             self._factory = lambda: fixed

@@ -64,7 +64,7 @@ class Codec:
             # checked by its field's encoder; any other value goes through the full encoder
             cls = self.py_type
             get = operator.attrgetter(*self.fields)
-            encs = tuple(encoder_for(f.dataType, f"state_type.{f.name}") for f in self.spark_type.fields)
+            encs = tuple(encoder_for(f.dataType, f"state_type.{f.name}") for f in self.columns.fields)
             if len(encs) == 1:
                 (e0,) = encs
                 return (lambda v: (e0(get(v)),) if type(v) is cls else tuple(enc(v))), dec
@@ -130,10 +130,12 @@ def record_decoder(value_type: Any, schema: StructType, where: str = "value_type
     if not is_dataclass_type(value_type):
         raise StateTypeError(f"{where}: expected a dataclass, got {value_type!r}")
     declared = spark_type_of(value_type, where)
+    if not isinstance(declared, StructType):  # a dataclass maps to a struct
+        raise StateTypeError(f"{where}: {value_type!r} does not map to a struct")
     have = {f.name: (i, f.dataType) for i, f in enumerate(schema.fields)}
     problems = []
     positions = []
-    for f in declared.fields:  # type: ignore[union-attr]
+    for f in declared.fields:
         if f.name not in have:
             problems.append(f"field {f.name!r} has no column (columns: {', '.join(schema.names)})")
             continue

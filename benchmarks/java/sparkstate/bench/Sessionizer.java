@@ -121,7 +121,8 @@ public final class Sessionizer {
                 events, last.last ? "last_event" : "timeout");
     }
 
-    private static FlatMapGroupsWithStateFunction<String, Row, OpenSessions, Row> sessionizer(long gapMs) {
+    private static FlatMapGroupsWithStateFunction<String, Row, OpenSessions, Row> sessionizer(long gapMs,
+                                                                                             boolean emitOnLast) {
         return (key, rows, state) -> {
             List<Event> events = new ArrayList<>();
             if (state.exists()) {
@@ -146,46 +147,61 @@ public final class Sessionizer {
                 current.add(e);
             }
             long watermark = state.getCurrentWatermarkMs();
+            // Final sessions are emitted, the others kept (without emitOnLast the final ones are
+            // the leading ones: a later session ends later).
             List<Row> out = new ArrayList<>();
-            int i = 0;
-            for (; i < sessions.size(); i++) {
-                if (finalAt(sessions.get(i), gapMs) >= watermark) {
-                    break;
+            List<List<Event>> open = new ArrayList<>();
+            for (List<Event> s : sessions) {
+                if (finalAt(s, gapMs, emitOnLast) < watermark) {
+                    out.add(output(key, s));
+                } else {
+                    open.add(s);
                 }
-                out.add(output(key, sessions.get(i)));
             }
-            if (i == sessions.size()) {
+            if (open.isEmpty()) {
                 if (state.exists()) {
                     state.remove();
                 }
                 return out.iterator();
             }
             OpenSessions rest = new OpenSessions();
-            for (int j = i; j < sessions.size(); j++) {
-                for (Event e : sessions.get(j)) {
+            for (List<Event> s : open) {
+                for (Event e : s) {
                     rest.getTimes().add(e.tMs);
                     rest.getLasts().add(e.last);
                     rest.getEvents().add(e.data);
                 }
             }
             state.update(rest);
-            state.setTimeoutTimestamp(finalAt(sessions.get(i), gapMs));
+            state.setTimeoutTimestamp(finalAt(open.get(0), gapMs, false));
             return out.iterator();
         };
     }
 
-    /** The session is final once the watermark is past this: end - 1 (closed by a flag) or end + gap. */
-    private static long finalAt(List<Event> s, long gapMs) {
+    /**
+     * The session is final once the watermark is past this: end - 1 (closed by a flag) or end + gap;
+     * with {@code emitOnLast}, a session closed by a flag is final at once (as sessionize's
+     * {@code emit_on_last=True}: each key's events arrive in event-time order).
+     */
+    private static long finalAt(List<Event> s, long gapMs, boolean emitOnLast) {
         Event last = s.get(s.size() - 1);
-        return last.last ? last.tMs - 1 : last.tMs + gapMs;
+        if (last.last) {
+            return emitOnLast ? Long.MIN_VALUE : last.tMs - 1;
+        }
+        return last.tMs + gapMs;
     }
 
     /** Sessionize {@code events} (see the class comment) with a session gap of {@code gapMs}. */
     public static Dataset<Row> apply(Dataset<Row> events, long gapMs) {
+        return apply(events, gapMs, false);
+    }
+
+    /** The same; with {@code emitOnLast}, a session ending with an is_last event is emitted in the batch that reads it. */
+    public static Dataset<Row> apply(Dataset<Row> events, long gapMs, boolean emitOnLast) {
         String keyColumn = events.schema().fields()[0].name();
         return events
                 .groupByKey((MapFunction<Row, String>) r -> r.getString(0), Encoders.STRING())
-                .flatMapGroupsWithState(sessionizer(gapMs), OutputMode.Append(),
+                .flatMapGroupsWithState(sessionizer(gapMs, emitOnLast), OutputMode.Append(),
                         Encoders.bean(OpenSessions.class), Encoders.row(outputSchema(keyColumn)),
                         GroupStateTimeout.EventTimeTimeout());
     }

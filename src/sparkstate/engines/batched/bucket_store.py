@@ -15,8 +15,8 @@ import pickle
 from typing import Any
 
 from ...errors import StateSchemaError
-from ...group_state import due_keys, is_due, timer_for
 from ..base import PICKLE_PROTOCOL
+from ..rules import due_keys, is_due, timer_for
 from ..state_fields import relay
 from .layout import DIR_SCHEMA, DIR_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, Directory, \
     min_timeout, place_keys, scans, split_leaf
@@ -86,7 +86,7 @@ class BucketStore:
         when most of the bucket's stored leaves are needed, one scan of the bucket's map state.
         Each leaf's blob is kept, so that :meth:`save` writes only the leaves that changed."""
         stored = [lid for lid in need if d.leaves[lid][0]]
-        out = {lid: {} for lid in need if not d.leaves[lid][0]}
+        out: dict[int, dict] = {lid: {} for lid in need if not d.leaves[lid][0]}
         blobs = self._blobs = {}
         if scans(len(stored), d.stored_leaves()) if FORCED_READS is None else FORCED_READS == "scan":
             for (lid,), (blob,) in self.leaf_state.iterator():
@@ -119,7 +119,7 @@ class BucketStore:
     @staticmethod
     def timed_out(touched: dict, due: list[int], now: int, with_rows: Any) -> list[tuple]:
         """The keys of the ``due`` leaves whose timeout is due and that have no new rows
-        (``with_rows``), as :func:`~sparkstate.group_state.due_keys` orders them: ``(key, hash,
+        (``with_rows``), as :func:`~sparkstate.engines.rules.due_keys` orders them: ``(key, hash,
         leaf id, entry)`` each."""
         pending = ((k, e[1], (lid, e)) for lid in due for k, e in touched[lid].items())
         return [(k, e[2], lid, e) for k, (lid, e) in due_keys(pending, now, with_rows)]

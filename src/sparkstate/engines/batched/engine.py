@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from ...errors import ConfigError, StateSchemaError
-from ...group_state import initial_timeout
 from ..call_context import operator_options
+from ..rules import initial_timeout
 from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, drops_late_rows,
                     initial_key_column)
 from ..runtime import TRANSFORM_WITH_STATE_IN_PANDAS, require
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
 from .packing import BLOB_COLUMN, PACKED_SCHEMA, packer
+from .logic import LogicProcessor
 from .processor import BucketProcessor
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ class BatchedEngine(Engine):
     """
 
     name = layout.ENGINE
-    #: the StatefulProcessor run per bucket (``map_batches_with_state`` runs its own, same layout)
+    #: the StatefulProcessor run per bucket (``map_batches_with_state`` runs its own, same layout;
+    #: a plan with a bucket logic runs :class:`.logic.LogicProcessor`)
     processor_class: type = BucketProcessor
 
     def __init__(self, buckets: int | None = None, leaf_rows: int = 64, pack: bool = True) -> None:
@@ -193,8 +195,8 @@ class BatchedEngine(Engine):
             raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
         h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
         processor_class = self.processor_class
-        if processor_class is BucketProcessor:  # a group function may bring a columnar processor of its own
-            processor_class = getattr(plan.func, "_sparkstate_processor", None) or processor_class
+        if processor_class is BucketProcessor and plan.bucket_logic is not None:
+            processor_class = LogicProcessor  # the plan's logic over a bucket at a time, not func per key
         bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
         if not self.pack or (df.isStreaming and drops_late_rows(df)):
             # Spark drops input rows behind the watermark inside the stateful operator, by the

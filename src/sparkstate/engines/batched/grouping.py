@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from functools import partial
+from functools import partial, reduce
 from typing import Any, Iterator
 
+import numpy as np
 from pyspark.sql.types import StructType
 
 from ...types import row_class
@@ -48,11 +49,8 @@ def key_cuts(table: Any, key_pos: list[int], n: int) -> Any:
 
     if n < 2:
         return np.zeros(0, np.int64)
-    changed = None
-    for i in key_pos:
-        col = table.column(i)
-        neq = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
-        changed = neq if changed is None else pc.or_(changed, neq)
+    cols = [table.column(i) for i in key_pos]
+    changed = reduce(pc.or_, [pc.fill_null(pc.not_equal(c.slice(1), c.slice(0, n - 1)), True) for c in cols])
     return np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1
 
 
@@ -84,12 +82,36 @@ class Grouper:
         self.hash_pos = names.index(HASH_COLUMN)
         self.decode_value = plan.value_decoder
         fields = value_schema.fields[: self.n_values]
+        self.fields = fields
+        self.zone = None
         if packed:
             self.converters = [arrow_column_converter(f.dataType) for f in fields]
         else:
             from .pandas_values import pandas_column_converter, zone
 
-            self.converters = [pandas_column_converter(f.dataType, zone(tz)) for f in fields]
+            self.zone = zone(tz)
+            self.converters = [pandas_column_converter(f.dataType, self.zone) for f in fields]
+
+    def table(self, frames: Iterator[Any]) -> Any:
+        """The bucket's input as one Arrow table (the input's columns in Spark's Arrow types, timestamps
+        as UTC instants, then the key hash), rows in arrival order; None when there are none."""
+        import pyarrow as pa
+
+        if self.packed:
+            tables = self.packed_tables(frames)
+        else:
+            # row by row (see engine.py): back to Arrow, undoing PySpark's pandas conversion
+            from .pandas_values import arrow_column
+
+            assert self.zone is not None, "set with the converters of unpacked input"
+            tables = [pa.table([arrow_column(pdf.iloc[:, i], f.dataType, self.zone, conv)
+                                for i, (f, conv) in enumerate(zip(self.fields, self.converters))]
+                               + [pa.array(pdf.iloc[:, self.hash_pos].to_numpy(np.int64))],
+                               names=self.value_names + [HASH_COLUMN])
+                      for pdf in frames if len(pdf)]
+        if not tables:
+            return None
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def packed_tables(self, frames: Iterator[Any]) -> list:
         """The non-empty Arrow tables inside packed input."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from pyspark.sql.types import (
     ArrayType, BinaryType, BooleanType, ByteType, DataType, DateType, DoubleType, FloatType, IntegerType,
-    LongType, MapType, ShortType, StructType, TimestampNTZType, TimestampType,
+    LongType, MapType, ShortType, StringType, StructType, TimestampNTZType, TimestampType,
 )
 
 from ..row_values import nested_converter
@@ -116,3 +116,20 @@ def zone(name: str) -> _dt.tzinfo:
         return ZoneInfo(name)
     except Exception:
         return _dt.timezone.utc
+
+
+def arrow_column(series: Any, dt: DataType, tz: _dt.tzinfo, convert: Callable[[Any], list]) -> Any:
+    """A pandas Series of Spark type ``dt`` as the Arrow array Spark would have sent (timestamps
+    as UTC instants). ``convert``: its :func:`pandas_column_converter`, for the columns without a
+    vectorized way back."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    kind = series.dtype.kind
+    if isinstance(dt, TimestampType) and kind == "M" and tz is _dt.timezone.utc and series.dt.tz is None:
+        return pa.Array.from_pandas(series).cast(pa.timestamp("us", tz="UTC"), safe=False)
+    if isinstance(dt, BooleanType) and kind == "b":
+        return pa.array(series.to_numpy())
+    if isinstance(dt, StringType) and kind == "O":
+        return pa.Array.from_pandas(series, type=pa.string())
+    return pa.array(convert(series), type=to_arrow_type(dt, timezone="UTC"))

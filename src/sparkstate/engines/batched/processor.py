@@ -2,7 +2,7 @@
 and micro-batch): the bucket's input grouped by key (:mod:`.grouping`), the leaves its keys and
 due timeouts fall in read (:mod:`.bucket_store`), the user's function run per key in a plain
 Python loop (:meth:`BucketProcessor.run_keys`), and what changed written back. Which keys are due,
-which timer fires a timeout and when a key's entry goes are :mod:`sparkstate.group_state`'s rules.
+which timer fires a timeout and when a key's entry goes are :mod:`sparkstate.engines.rules`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Iterator
 from pyspark.sql.types import StructType
 
 from ...errors import StateTypeError
-from ...group_state import DELETE, KEEP, call_error, due_keys, initial_timeout, reset_state, settle
 from ...types import RowTypeError, columns_encoder
 from ..base import StatePlan
 from ..call_context import Calls, time_mode
+from ..rules import DELETE, KEEP, call_error, due_keys, initial_timeout, settle
 from ..row_values import output_frame_maker
 from ..runtime import StatefulProcessor
 from .bucket_store import BucketStore
@@ -62,9 +62,9 @@ class BucketProcessor(StatefulProcessor, Calls):
     # -- the user's function, key after key -----------------------------------------------------
     def run_keys(self, calls: list, timed_out: bool, state: Any, out: list, owners: list) -> None:
         """Call the user's function for each ``(leaf, key, hash, rows)`` of ``calls`` and apply
-        what :func:`~sparkstate.group_state.settle` decides to the key's entry in its leaf.
+        what :func:`~sparkstate.engines.rules.settle` decides to the key's entry in its leaf.
 
-        The per-key work is kept to the loop itself: one ``GroupState`` reset per key (not a new
+        The per-key work is kept to the loop itself: one ``GroupState`` handle moved on per key (``begin_call``) (not a new
         one), outputs collected raw (encoded as columns once, in :meth:`frame`), and for each
         output run the key it came from (``owners``: end index, key) to name it in errors.
         """
@@ -75,14 +75,14 @@ class BucketProcessor(StatefulProcessor, Calls):
         for leaf, k, h, rows in calls:
             entry = leaf.get(k)
             if entry is None:
-                reset_state(state, None, False, timed_out)
+                state.begin_call(None, False, timed_out)
                 old = None
             else:
                 cols, old = entry[0], entry[1]
                 if cols is None:
-                    reset_state(state, None, False, timed_out)
+                    state.begin_call(None, False, timed_out)
                 else:
-                    reset_state(state, decode(cols), True, timed_out)
+                    state.begin_call(decode(cols), True, timed_out)
             try:
                 result = func(k, iter(rows), state)
                 if result is not None:

@@ -6,15 +6,15 @@ Same buckets, directory, leaves, timers, packing and initial state as the per-ke
 unchanged. Only the middle differs: instead of grouping the input into per-key ``Row`` lists and
 calling the function per key, :class:`VectorProcessor` sorts the bucket's Arrow input by key,
 converts it to one pandas frame, gathers the keys' leaf entries into ``batch.state`` and writes
-back what the function's :class:`~sparkstate.batch_state.StateUpdate` says
-(:class:`~sparkstate.batch_state.BatchRules`: the rules, shared with the no-Spark harness).
+back what the function's :class:`~sparkstate.StateUpdate` says
+(:class:`~sparkstate.engines.batch_rules.BatchRules`: the rules, shared with the no-Spark harness).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ...batch_state import NO_ENTRY, BatchRules
+from ..batch_rules import NO_ENTRY, BatchRules
 from .engine import BatchedEngine
 from .grouping import gc_paused, key_cuts
 from .processor import BucketProcessor
@@ -33,31 +33,6 @@ class VectorProcessor(BucketProcessor):
                                 [self.value_schema[k].dataType for k in plan.key_columns],
                                 plan.state_codec, plan.timeout, plan.output_schema)
         self.arrow_types = [to_arrow_type(f.dataType, timezone="UTC") for f in fields[: self.input.n_values]]
-
-    # -- input: one Arrow table of the bucket's rows, a key's rows together ------------------------
-    def _table(self, frames: Iterator[Any]) -> Any:
-        import pyarrow as pa
-
-        inp = self.input
-        if self.packed:
-            tables = inp.packed_tables(frames)
-        else:
-            # event-time input arrives row by row as pandas (see engine.py): back to Arrow, through
-            # the converters that undo PySpark's pandas conversion (nulls in ints, longs as strings)
-            import numpy as np
-
-            tables = []
-            for pdf in frames:
-                if len(pdf) == 0:
-                    continue
-                cols = [pa.array(conv(pdf.iloc[:, i]), type=t)
-                        for i, (conv, t) in enumerate(zip(inp.converters, self.arrow_types))]
-                cols.append(pa.array(pdf.iloc[:, inp.hash_pos].to_numpy(np.int64)))
-                tables.append(pa.table(cols, names=inp.value_names + ["_h"]))
-        tables = [t for t in tables if t.num_rows]
-        if not tables:
-            return None
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def _runs(self, table: Any) -> tuple[Any, list, list, Any, Any]:
         """The table with each key's rows together (arrival order kept), its keys in run order,
@@ -145,7 +120,7 @@ class VectorProcessor(BucketProcessor):
     # -- the transformWithState callbacks ---------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         with gc_paused():
-            return iter(self._run(self._table(rows), timerValues))
+            return iter(self._run(self.input.table(rows), timerValues))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
         with gc_paused():

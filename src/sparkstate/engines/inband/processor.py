@@ -4,7 +4,7 @@ bucket, with the bucket's rows and its one state row (:mod:`.layout`) in the sam
 The grouping of the input and the per-key loop are the batched engine's
 (:class:`~sparkstate.engines.batched.processor.BucketProcessor`); only where the entries live
 differs: here in the bucket's state row, read and written by Spark. Which keys are due and what
-a call leaves of a key are :mod:`sparkstate.group_state`'s rules, as in the other engines; the
+a call leaves of a key are :mod:`sparkstate.engines.rules`, as in the other engines; the
 bucket's Spark timeout is its earliest pending key timeout, so that Spark calls the bucket when
 a key of it may be due and no input came.
 """
@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ...errors import StateSchemaError
-from ...group_state import GroupStateTimeout, due_keys
+from ...group_state import GroupStateTimeout
 from ..batched.grouping import gc_paused
 from ..batched.processor import BucketProcessor
 from ..call_context import wall_clock_ms
+from ..rules import due_keys
 from ..state_fields import relay
 from .layout import Bucket
 

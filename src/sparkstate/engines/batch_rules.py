@@ -1,36 +1,17 @@
-"""The vectorized stateful API: what a ``map_batches_with_state`` function receives
-(:class:`StateBatch`) and returns (:class:`StateUpdate`), and the rules that turn its answer
-into state writes (:class:`BatchRules`), shared by the Spark engine
-(``engines/batched/vectorized.py``) and the no-Spark harness
-(:class:`sparkstate.testing.BatchStateHarness`), so the two cannot drift apart.
-
-The rules (docs/vectorized.md), mirroring ``GroupState``'s:
-
-- ``batch.state`` has one row per key of the call: first the keys with new rows (in the order
-  their rows appear in ``batch.rows``), then the keys whose timeout is due (strictly behind the
-  clock) and that have no new rows, earliest timeout first (``timed_out`` true; chosen and
-  ordered by :func:`sparkstate.group_state.due_keys`).
-- A key in ``StateUpdate.state`` gets that state. Its pending timeout becomes the row's
-  ``timeout_ms`` when the frame has that column (null: none); without the column, a key with
-  new rows keeps its pending timeout and a timed-out key has none (a timeout fires once).
-- A key in ``StateUpdate.remove`` loses its state and its timeout.
-- A key in neither keeps its state and its timeout, except a timed-out key: it is removed
-  (as ``GroupState`` without ``keep_expired_state``: state never outlives its timeout unless the
-  function sets it again).
-- Only the keys of ``batch.state`` may be set or removed; a key may not be both; ``timeout_ms``
-  must be later than the processing time (``ProcessingTimeTimeout``), not before the watermark
-  (``EventTimeTimeout``), and null without a timeout.
+"""The rules of ``map_batches_with_state`` (docs/vectorized.md, :mod:`sparkstate.state_batch`):
+``batch.state`` built from stored entries, and a :class:`~sparkstate.StateUpdate` turned into
+state writes (:class:`BatchRules`), shared by the Spark engine (``engines/batched/vectorized.py``)
+and the no-Spark harness (:class:`sparkstate.testing.BatchStateHarness`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import repeat
 from operator import is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import ConfigError, StateTypeError, TimeoutConfigError, UserFunctionError
-from .group_state import (
+from ..errors import ConfigError, StateTypeError, TimeoutConfigError, UserFunctionError
+from ..group_state import (
     BEFORE_WATERMARK,
     NO_TIMEOUT,
     NO_WATERMARK,
@@ -39,56 +20,16 @@ from .group_state import (
     StateArgumentError,
     timeout_refusal,
 )
+from ..state_batch import BOOKKEEPING, EXISTS, TIMED_OUT, TIMEOUT, StateBatch, StateUpdate
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql.types import DataType, StructType
 
-    from .types import Codec
+    from ..types import Codec
 
-#: Columns of ``batch.state`` beside the key columns and the state's fields.
-EXISTS = "exists"
-TIMEOUT = "timeout_ms"
-TIMED_OUT = "timed_out"
-BOOKKEEPING = (EXISTS, TIMEOUT, TIMED_OUT)
 #: The stored entry of a key without one (no state, no timeout): entries are ``[cols, timeout, ...]``.
 NO_ENTRY = (None, None)
-
-
-@dataclass(frozen=True)
-class StateBatch:
-    """What a ``map_batches_with_state`` function gets, once per bucket of keys and micro-batch.
-
-    ``rows``: the new input rows of this call's keys (all input columns; a key's rows together,
-    in arrival order). ``state``: one row per key of the call: the key column(s), the state's
-    fields (a primitive state: ``value``), ``exists``, ``timeout_ms`` (pending timeout, nullable
-    ``Int64``), ``timed_out``. ``watermark_ms``: the batch's event-time watermark (-1 when the
-    input has none). ``processing_time_ms``: the batch's processing time. ``key_index``: for each
-    row of ``rows``, the position of its key's row in ``state`` (a numpy int array), to aggregate
-    rows per key without a join: ``np.bincount(batch.key_index, minlength=len(batch.state))``.
-    """
-
-    rows: "pd.DataFrame"
-    state: "pd.DataFrame"
-    watermark_ms: int
-    processing_time_ms: int
-    key_index: Any = None
-
-
-@dataclass(frozen=True)
-class StateUpdate:
-    """What a ``map_batches_with_state`` function returns (every part optional).
-
-    ``state``: key column(s) + the state's fields (+ optional ``timeout_ms``) for the keys whose
-    state is set; ``batch.state``'s ``exists`` and ``timed_out`` columns may stay, they are
-    ignored. ``remove``: the keys whose state goes, as a DataFrame with the key column(s) or a
-    list (of scalars; of tuples for several key columns). ``output``: a DataFrame with
-    ``output_type``'s columns.
-    """
-
-    state: Any = None
-    remove: Any = None
-    output: Any = None
 
 
 def _nullable_ints() -> Callable[[Any], Any]:
@@ -116,7 +57,7 @@ class BatchRules:
                  codec: "Codec", timeout: GroupStateTimeout, output_schema: "StructType | None") -> None:
         from pyspark.sql.pandas.types import to_arrow_type
 
-        from .engines.row_values import arrow_column_converter
+        from .row_values import arrow_column_converter
 
         self.operator = operator
         self.func = func
@@ -150,18 +91,18 @@ class BatchRules:
         data: dict = {}
         if key_arrays is not None:
             rest = keys[n_input:]
-            rest_cols = [rest] if self.single else (list(zip(*rest)) if rest else [[] for _ in self.key_columns])
+            rest_cols: list[Any] = [rest] if self.single else (list(zip(*rest)) if rest else [[] for _ in self.key_columns])
             for name, arr, vals in zip(self.key_columns, key_arrays, rest_cols):
                 if vals:
                     arr = pa.concat_arrays([arr, pa.array(vals, type=arr.type)])
                 data[name] = arr.to_pandas()
         else:
-            key_cols = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
+            key_cols: list[Any] = [keys] if self.single else (list(zip(*keys)) if n else [[] for _ in self.key_columns])
             for name, vals, t in zip(self.key_columns, key_cols, self.key_arrow):
                 data[name] = pa.array(vals, type=t).to_pandas()
         first = list(map(itemgetter(0), entries))
         empty = self.empty
-        per_field = list(zip(*[c or empty for c in first])) if n else [[] for _ in self.fields]
+        per_field: list[Any] = list(zip(*[c or empty for c in first])) if n else [[] for _ in self.fields]
         for name, vals, t in zip(self.fields, per_field, self.state_arrow):
             data[name] = pa.array(vals, type=t).to_pandas(types_mapper=self.mapper)
         data[EXISTS] = np.fromiter(map(is_not, first, repeat(None)), bool, n)

@@ -14,7 +14,7 @@ import pytest
 import pyspark
 
 import sparkstate as ss
-from sparkstate.session import ROCKSDB_PROVIDER
+from sparkstate.spark import ROCKSDB_PROVIDER
 
 from tests.conftest import ROOT
 

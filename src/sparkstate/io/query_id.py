@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ..errors import SinkError
-from ..session import is_connect
+from ..spark import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -19,6 +19,8 @@ def checkpoint_query_id(spark: "SparkSession", checkpoint: str) -> str:
     starts), read through Spark so the path may be anywhere the server reads."""
     if checkpoint not in _ids:
         line = spark.read.text(f"{checkpoint.rstrip('/')}/metadata").first()
+        if line is None:
+            raise SinkError(f"checkpoint {checkpoint}: its metadata file is empty; it names no query id")
         _ids[checkpoint] = json.loads(line[0])["id"]
     return _ids[checkpoint]
 

@@ -1,5 +1,5 @@
-"""The columnar sessionizer (``SessionProcessor``) against the per-key one (``BucketProcessor`` running
-``Sessionizer``), without Spark: the same bucket input, batch after batch, in shuffled orders, must
+"""The columnar sessionizer (``SessionLogic``, run by the batched engine's ``LogicProcessor``) against
+the per-key one (``BucketProcessor`` running ``Sessionizer``), without Spark: the same bucket input, batch after batch, in shuffled orders, must
 give the same output rows and leave the same leaves, timer and directory behind, for every shape of
 event-time sessionize (late rows dropped or emitted with their reason, carried columns, the
 event-time column, ``emit_on_last``), and for a state of the single-session layout. Through Spark,
@@ -21,9 +21,10 @@ from benchmarks.loop import Handle, Times, key_hashes
 from sparkstate.engines.base import StatePlan
 from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN, LEAF_VARIABLE
 from sparkstate.engines.batched.packing import packer
+from sparkstate.engines.batched.logic import LogicProcessor
 from sparkstate.engines.batched.processor import BucketProcessor
 from sparkstate.group_state import GroupStateTimeout
-from sparkstate.pipelines.batch_sessionizer import SessionProcessor
+from sparkstate.pipelines.columnar_sessionizer import SessionLogic
 from sparkstate.pipelines.sessionizer import OpenSession, Sessionizer
 from sparkstate.types import Codec, encoder_for
 
@@ -57,7 +58,7 @@ def plan_for(emit: bool, carry: int, time_column: bool, emit_on_last: bool) -> t
         operator="sessionize", key_columns=("user_id",), func=func, flat=True,
         state_codec=Codec.of(OpenSession, "state_type"), output_schema=out, output_encoder=encoder_for(out, "output"),
         timeout=GroupStateTimeout.EventTimeTimeout, keep_expired_state=False, state_ttl_ms=None, value_decoder=None,
-        output_mode="append", has_watermark=True, streaming=True,
+        output_mode="append", has_watermark=True, streaming=True, bucket_logic=SessionLogic(func, out.names),
     )
     return plan, StructType(inputs)
 
@@ -174,7 +175,7 @@ def test_the_columnar_sessionizer_does_what_the_per_key_one_does(shape, pack):
     for seed in range(40):
         rng = random.Random(seed)
         procs = []
-        for cls in (SessionProcessor, BucketProcessor):
+        for cls in (LogicProcessor, BucketProcessor):
             p = cls(plan, 64, 4, schema, packed=pack, tz="UTC")  # 4 keys a leaf: leaves split
             p.init(Handle())
             procs.append(p)
@@ -216,7 +217,7 @@ def test_a_state_of_the_single_session_layout_reads_back_as_in_the_per_key_path(
     codec = Codec.of(OpenSession)
     old = OpenSession(T0, T0 + 30_000, ["/a", "/b", "/c"], [], [], [])
     outs, leaves = [], []
-    for cls in (SessionProcessor, BucketProcessor):
+    for cls in (LogicProcessor, BucketProcessor):
         p = cls(plan, 64, 64, schema, packed=False, tz="UTC")
         p.init(Handle())
         d = p.store.load_dir()

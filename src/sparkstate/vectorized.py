@@ -1,5 +1,5 @@
 """``map_batches_with_state``: keyed state with a function over columns, called once per bucket of
-keys and micro-batch (the types it takes and returns, and its rules: :mod:`.batch_state`).
+keys and micro-batch (the types it takes and returns: :mod:`.state_batch`; its rules: :mod:`.engines.batch_rules`).
 
 It runs on the batched engine's layout (:mod:`sparkstate.engines.batched.vectorized`), so its
 checkpoints, restarts, initial state and the state tools are those of the other operators on
@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql import DataFrame
 
-from .batch_state import StateBatch, StateUpdate
+from .state_batch import StateBatch, StateUpdate
 from .compile import OutputMode, compile_plan
 from .engines.base import Engine
 from .group_state import GroupStateTimeout

@@ -1,0 +1,471 @@
+"""Latency: how soon a result comes out. Kafka in -> the stateful job -> Kafka out, per contender.
+
+``python -m benchmarks.latency`` starts a local Kafka broker (the one the tests use), then runs
+each contender in a process and a JVM of its own, on topics of its own, through the same phases:
+
+1. **warm-up**: one event for every key (``--keys``, 50K), so the state holds them all;
+2. **floor**: ``--floor`` single records, each sent once the previous one's result is out: the
+   latency of a micro-batch carrying one record into a warm job;
+3. **rates**: events at a fixed rate (``--rates``, 1K and 10K events/s) for ``--seconds`` each;
+4. **backlog**: ``--backlog`` events at once: the rate the job works them off is the highest
+   rate it sustains.
+
+Between phases, one probe record per input partition is sent and the phase ends when every
+probe's result is out (Spark reads each partition in offset order, so everything before a probe
+has been processed). Topics stamp records with the broker's clock (``LogAppendTime``), so an
+output record's latency is its append time minus the append time of the newest input it
+reflects: for the running count, a key's row ``(key, n)`` reflects the key's n-th event; for
+sessions (closed by an ``is_last`` event, emitted at once: ``emit_on_last``), the session's
+last event. Nothing is taken from the job's own clock.
+
+Contenders: Java ``mapGroupsWithState`` / ``flatMapGroupsWithState`` (the reference), raw
+PySpark ``transformWithState``, sparkstate's batched engine (``map_groups_with_state``, and
+``sessionize``), ``map_batches_with_state`` (count), and ``sparkstate run``'s own job (the CLI
+command, with its default trigger unless ``--run-trigger`` says otherwise). A JSON copy of every
+figure goes to ``benchmarks/results/latency-*.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .latency_job import JobTask
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PARTITIONS = 2
+#: Contenders of each workload; ``sparkstate-run`` is ``sparkstate run``'s own job (the CLI).
+CONTENDERS = {
+    "count": ("java-mgws", "sparkstate-batched", "sparkstate-vectorized", "sparkstate-run", "pyspark-tws"),
+    "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"),
+}
+REFERENCE = {"count": "java-mgws", "sessions": "java-fmgws"}
+#: The first seconds of a rate phase are not counted: the job catches up with the change of rate.
+SETTLE_S = 3.0
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)  # nearest rank
+    return ordered[min(len(ordered), max(1, math.ceil(q / 100 * len(ordered)))) - 1]
+
+
+def summarize(latencies: list[float]) -> dict[str, Any]:
+    return {"n": len(latencies), **{f"p{q}": _percentile(latencies, q) for q in (50, 95, 99)},
+            "max": max(latencies) if latencies else None}
+
+
+class Workload:
+    """What the producer writes and how an output record names the input it reflects (its marker)."""
+
+    def __init__(self, name: str, keys: int, seed: int) -> None:
+        self.name = name
+        self.keys = [f"u{i:05d}" for i in range(keys)]
+        self.rng = random.Random(seed)
+        self.counts: dict[str, int] = {}
+        self.seq = 0
+
+    def event(self, key: str, last: bool | None = None) -> tuple[bytes, Any]:
+        """The value of the next event of ``key`` and the marker its result will carry (None: no result due)."""
+        self.seq += 1
+        if self.name == "count":
+            n = self.counts[key] = self.counts.get(key, 0) + 1
+            return json.dumps({"user": key, "word": key, "seq": self.seq, "activity": "a"}).encode(), n
+        now = datetime.now(timezone.utc)
+        flag = self.rng.random() < 0.1 if last is None else last
+        data = f"e{self.seq}"
+        value = {"user_id": key, "event_time": now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z",
+                 "data": data, "is_last": flag}
+        return json.dumps(value).encode(), data if flag else None
+
+    @staticmethod
+    def marker_of(workload: str, value: dict) -> Any:
+        if workload == "count":
+            return int(value["count"])
+        events = value.get("events") or []
+        return events[-1] if value.get("closed_by") == "last_event" and events else None
+
+    def input_marker(self, value: dict, nth: int) -> Any:
+        if self.name == "count":
+            return nth
+        return value["data"] if value.get("is_last") else None
+
+
+def partition_of(key: str) -> int:
+    return zlib.crc32(key.encode()) % PARTITIONS
+
+
+class Tracker(threading.Thread):
+    """Reads the output topic as it is written: which (key, marker) results are out."""
+
+    def __init__(self, bootstrap: str, topic: str, workload: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.workload = workload
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "isolation.level": "read_uncommitted"})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self.seen: set = set()
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.error: str | None = None
+
+    def run(self) -> None:
+        while not self.stopped:
+            msg = self.consumer.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error():
+                self.error = str(msg.error())
+                continue
+            value = json.loads(msg.value())
+            marker = Workload.marker_of(self.workload, value)
+            if marker is not None:
+                with self.cond:
+                    self.seen.add((msg.key().decode(), marker))
+                    self.cond.notify_all()
+        self.consumer.close()
+
+    def wait_for(self, items: set, timeout_s: float, alive: Any) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while not items <= self.seen:
+                if time.monotonic() > deadline:
+                    missing = len(items - self.seen)
+                    raise TimeoutError(f"{missing} of {len(items)} results not out after {timeout_s:g} s")
+                alive()
+                self.cond.wait(0.5)
+
+
+@dataclass
+class Phase:
+    name: str
+    start_ms: float = 0.0
+    end_ms: float = 0.0
+    sent: int = 0
+    rate: int | None = None
+
+
+@dataclass
+class Outcome:
+    contender: str
+    workload: str
+    phases: dict = field(default_factory=dict)
+    error: str | None = None
+    progress: list = field(default_factory=list)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, bootstrap: str, jar: str | None, work: Path) -> None:
+        self.args = args
+        self.bootstrap = bootstrap
+        self.jar = jar
+        self.work = work
+
+    # -- the contender's process ----------------------------------------------------------------
+    def start(self, contender: str, workload: str, topic_in: str, topic_out: str, tag: str) -> tuple[Any, Any]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+            [str(ROOT), str(ROOT / "src")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        log = open(self.work / f"{tag}.log", "w")
+        checkpoint = self.work / f"{tag}-checkpoint"
+        if contender == "sparkstate-run":
+            pipeline = ["running-count"] if workload == "count" else [
+                "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", "1 minute", "--watermark", "10 seconds"]
+            cmd = [sys.executable, "-m", "sparkstate.cli", "run", *pipeline,
+                   "--source", f"kafka:{self.bootstrap}/{topic_in}", "--sink", f"kafka:{self.bootstrap}/{topic_out}",
+                   "--deadletter", f"json:{self.work / (tag + '-deadletter')}",
+                   "--checkpoint", str(checkpoint), "--option", "startingOffsets=earliest", "--no-progress",
+                   "--metrics", str(self.work / f"{tag}-metrics.jsonl")]
+            if self.args.run_trigger:
+                cmd += ["--trigger", self.args.run_trigger]
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work)
+            return proc, None
+        task = JobTask(contender=contender, workload=workload, bootstrap=self.bootstrap, topic_in=topic_in,
+                       topic_out=topic_out, checkpoint=str(checkpoint), stop_file=str(self.work / f"{tag}.stop"),
+                       progress_file=str(self.work / f"{tag}.progress.json"), jar=self.jar)
+        path = self.work / f"{tag}.task.json"
+        path.write_text(json.dumps(asdict(task)))
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.latency_job", str(path)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return proc, task
+
+    def stop(self, proc: Any, task: JobTask | None) -> list:
+        if task is not None:
+            Path(task.stop_file).touch()
+        else:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if task is not None and Path(task.progress_file).exists():
+            return json.loads(Path(task.progress_file).read_text())
+        return []
+
+    # -- one contender ---------------------------------------------------------------------------
+    def run_one(self, contender: str, workload_name: str) -> Outcome:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        tag = f"{workload_name}-{contender}-{uuid.uuid4().hex[:6]}"
+        topic_in, topic_out = f"{tag}-in", f"{tag}-out"
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics([NewTopic(t, num_partitions=PARTITIONS, replication_factor=1,
+                                                config={"message.timestamp.type": "LogAppendTime"})
+                                       for t in (topic_in, topic_out)])
+        for f in futures.values():
+            f.result()
+        workload = Workload(workload_name, self.args.keys, self.args.seed)
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 2, "acks": "1"})
+        tracker = Tracker(self.bootstrap, topic_out, workload_name)
+        tracker.start()
+        outcome = Outcome(contender, workload_name)
+        proc, task = self.start(contender, workload_name, topic_in, topic_out, tag)
+        probes = 0
+
+        def alive() -> None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{contender} exited with {proc.returncode}; see {self.work / (tag + '.log')}")
+
+        def send(key: str, last: bool | None = None) -> Any:
+            value, marker = workload.event(key, last)
+            while True:
+                try:
+                    producer.produce(topic_in, value=value, key=key.encode(), partition=partition_of(key))
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            return None if marker is None else (key, marker)
+
+        def barrier(timeout_s: float) -> None:
+            nonlocal probes
+            probes += 1
+            wanted = set()
+            for p in range(PARTITIONS):
+                key = next(f"probe{probes}-{i}" for i in range(1000) if partition_of(f"probe{probes}-{i}") == p)
+                wanted.add(send(key, last=True))
+            producer.flush()
+            tracker.wait_for(wanted, timeout_s, alive)
+
+        def phase(name: str, rate: int | None = None) -> Phase:
+            ph = Phase(name, rate=rate)
+            outcome.phases[name] = ph
+            return ph
+
+        try:
+            ph = phase("warm-up")
+            ph.start_ms = time.time() * 1000
+            for key in workload.keys:
+                send(key, last=False)
+                producer.poll(0)
+            ph.sent = len(workload.keys)
+            producer.flush()
+            ph.end_ms = time.time() * 1000
+            barrier(self.args.start_timeout)
+
+            ph = phase("floor")
+            ph.start_ms = time.time() * 1000
+            for i in range(self.args.floor):
+                item = send(workload.rng.choice(workload.keys), last=True)
+                producer.flush()
+                tracker.wait_for({item}, 120, alive)
+                ph.sent += 1
+            ph.end_ms = time.time() * 1000
+
+            for rate in self.args.rates:
+                ph = phase(f"{rate}/s", rate)
+                ph.start_ms = time.time() * 1000
+                t0 = time.monotonic()
+                total = int(rate * self.args.seconds)
+                while ph.sent < total:
+                    due = min(total, int((time.monotonic() - t0) * rate) + 1)
+                    while ph.sent < due:
+                        send(workload.rng.choice(workload.keys))
+                        ph.sent += 1
+                    producer.poll(0)
+                    time.sleep(min(0.005, max(0.0, t0 + ph.sent / rate - time.monotonic())))
+                producer.flush()
+                ph.end_ms = time.time() * 1000
+                barrier(600)
+
+            if self.args.backlog:
+                ph = phase("backlog")
+                ph.start_ms = time.time() * 1000
+                for _ in range(self.args.backlog):
+                    send(workload.rng.choice(workload.keys))
+                    producer.poll(0)
+                ph.sent = self.args.backlog
+                producer.flush()
+                ph.end_ms = time.time() * 1000
+                barrier(1800)
+        except Exception as exc:  # the other contenders still run
+            outcome.error = str(exc)
+        finally:
+            outcome.progress = self.stop(proc, task)
+            tracker.stopped = True
+            tracker.join(10)
+        if outcome.error is None:
+            self.measure(outcome, workload, topic_in, topic_out)
+        return outcome
+
+    # -- latencies from the two topics -------------------------------------------------------------
+    def _read_all(self, topic: str) -> list:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False})
+        out = []
+        for p in range(PARTITIONS):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            consumer.assign([TopicPartition(topic, p, low)])
+            while high > low:
+                msg = consumer.poll(5)
+                if msg is None:
+                    raise TimeoutError(f"{topic}[{p}]: no message after offset {low} of {high}")
+                if msg.error():
+                    continue
+                out.append((msg.key().decode(), json.loads(msg.value()), msg.timestamp()[1]))
+                low = msg.offset() + 1
+        consumer.close()
+        return out
+
+    def measure(self, outcome: Outcome, workload: Workload, topic_in: str, topic_out: str) -> None:
+        nth: dict[str, int] = {}
+        appended: dict = {}
+        for key, value, ts in self._read_all(topic_in):  # partition by partition, each in offset order
+            nth[key] = nth.get(key, 0) + 1
+            marker = workload.input_marker(value, nth[key])
+            if marker is not None:
+                appended[(key, marker)] = ts
+        by_phase: dict[str, list[float]] = {name: [] for name in outcome.phases}
+        backlog_end = None
+        for key, value, ts in self._read_all(topic_out):
+            if key.startswith("probe"):
+                continue
+            marker = Workload.marker_of(outcome.workload, value)
+            t_in = appended.get((key, marker))
+            if t_in is None:
+                continue
+            for name, ph in outcome.phases.items():
+                lo = ph.start_ms + (SETTLE_S * 1000 if ph.rate else 0)
+                if lo - 50 <= t_in <= ph.end_ms + 50:
+                    by_phase[name].append(ts - t_in)
+                    if name == "backlog":
+                        backlog_end = max(backlog_end or 0, ts)
+                    break
+        for name, ph in outcome.phases.items():
+            entry = {"sent": ph.sent, "rate": ph.rate, **summarize(by_phase[name])}
+            if name == "backlog" and backlog_end:
+                entry["sustained_events_per_s"] = round(ph.sent / max(0.001, (backlog_end - ph.start_ms) / 1000), 1)
+            outcome.phases[name] = entry
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def table(outcomes: list[Outcome], workload: str) -> str:
+    rows = [o for o in outcomes if o.workload == workload]
+    if not rows:
+        return ""
+    done = [o for o in rows if o.error is None]
+    phases = [n for n in done[0].phases if n != "warm-up"] if done else []
+    head = ["contender", "floor p50", "floor p99"]
+    for n in phases:
+        if n not in ("floor", "backlog"):
+            head += [f"{n} p50", f"{n} p95", f"{n} p99"]
+    head += ["sustained ev/s"]
+    lines = [f"## {workload} (latency in ms: output append time - newest input's append time)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for o in rows:
+        if o.error:
+            lines.append(f"| {o.contender} | error: {o.error[:120]} |")
+            continue
+        cells = [o.contender, _fmt(o.phases["floor"]["p50"]), _fmt(o.phases["floor"]["p99"])]
+        for n in phases:
+            if n not in ("floor", "backlog"):
+                cells += [_fmt(o.phases[n][k]) for k in ("p50", "p95", "p99")]
+        cells.append(_fmt(o.phases.get("backlog", {}).get("sustained_events_per_s")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", choices=("count", "sessions", "all"), default="all")
+    p.add_argument("--contenders", nargs="*", help="names (prefixes) to run; default: all of the workload")
+    p.add_argument("--keys", type=int, default=50_000)
+    p.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000],
+                   help="events/s of the rate phases, comma-separated (default: 1000,10000)")
+    p.add_argument("--seconds", type=float, default=30.0, help="length of each rate phase (default: 30)")
+    p.add_argument("--floor", type=int, default=10, help="single records of the floor phase (default: 10)")
+    p.add_argument("--backlog", type=int, default=200_000, help="events of the backlog phase (0: none)")
+    p.add_argument("--run-trigger", default=None, help="--trigger for sparkstate run's job (default: its own)")
+    p.add_argument("--start-timeout", type=float, default=600.0)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--work", default=None,
+                   help="keep the contenders' logs, checkpoints, progress reports and metrics in this directory")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke run: 2,000 keys, one 200 events/s phase of 5 s, 3 floor records, 5,000 backlog")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.keys, args.rates, args.seconds, args.floor, args.backlog = 2000, [200], 5.0, 3, 5000
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sparkstate.io import kafka_broker
+
+    from .jvm import build_jar
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    workloads = ["count", "sessions"] if args.workload == "all" else [args.workload]
+    outcomes: list[Outcome] = []
+    with tempfile.TemporaryDirectory(prefix="sparkstate-latency-") as tmp:
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        jar = str(build_jar(work / "bench.jar"))
+        with kafka_broker.start() as broker:
+            bench = Bench(args, broker.bootstrap, jar, work)
+            for w in workloads:
+                for name in CONTENDERS[w]:
+                    if args.contenders and not any(name.startswith(c) for c in args.contenders):
+                        continue
+                    print(f"{w}: {name} ...", flush=True)
+                    outcomes.append(bench.run_one(name, w))
+                    if outcomes[-1].error:
+                        print(f"  error: {outcomes[-1].error}", flush=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = RESULTS / f"latency-{stamp}.json"
+        out.write_text(json.dumps({"args": vars(args), "load": os.getloadavg(),
+                                   "outcomes": [asdict(o) for o in outcomes]}, indent=1, default=str))
+    for w in workloads:
+        print(table(outcomes, w) + "\n")
+    print(f"results: {out}")
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""One latency contender in a process (and a JVM) of its own: Kafka in -> the stateful query -> Kafka out.
+
+``python -m benchmarks.latency_job TASK.json`` reads the input topic from its beginning, runs
+the contender's query with the default trigger (a micro-batch as soon as the previous one ends
+and data is there) and writes each output row as JSON to the output topic, keyed by its first
+column, through Spark's own Kafka sink. It runs until the file ``TASK.stop`` appears (the
+driver of the benchmark, :mod:`benchmarks.latency`, creates it), then writes the query's
+progress reports to ``TASK.progress.json``. ``sparkstate run``'s own job is not run here: the
+benchmark starts it as the CLI command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+#: What the producer writes: one JSON object carrying the fields of both workloads' inputs
+#: (``word`` is the running-count pipeline's key, as ``sparkstate run running-count`` reads it).
+COUNT_SCHEMA = "user string, seq long, activity string"
+SESSIONS_SCHEMA = "user_id string, event_time timestamp, data string, is_last boolean"
+
+
+@dataclass(frozen=True)
+class JobTask:
+    contender: str
+    workload: str  # count | sessions
+    bootstrap: str
+    topic_in: str
+    topic_out: str
+    checkpoint: str
+    stop_file: str
+    progress_file: str
+    jar: str | None = None
+    gap_ms: int = 60_000
+    watermark_ms: int = 10_000
+    conf: dict = field(default_factory=dict)
+
+
+def _java(df: DataFrame) -> Any:
+    return df.sparkSession._jvm.sparkstate.bench  # type: ignore[attr-defined]
+
+
+def _count_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
+    import sparkstate as ss
+
+    from . import contenders as c
+    from . import pyspark_raw as raw
+
+    return {
+        "java-mgws": lambda df, t: DataFrame(_java(df).RunningCount.apply(df._jdf, "user"), df.sparkSession),
+        "pyspark-tws": lambda df, t: df.groupBy("user").transformWithState(
+            raw.TwsCounter(), raw.COUNT_OUTPUT, "Update", "None"),
+        "sparkstate-batched": lambda df, t: ss.map_groups_with_state(
+            df, key="user", func=c.count_per_key, state_type=int, output_type=raw.COUNT_OUTPUT, engine="batched"),
+        "sparkstate-vectorized": lambda df, t: ss.map_batches_with_state(
+            df, key="user", func=c.count_per_batch, state_type=int, output_type=raw.COUNT_OUTPUT),
+    }
+
+
+def _session_input(df: DataFrame, t: JobTask) -> DataFrame:
+    return (df.withWatermark("event_time", f"{t.watermark_ms} milliseconds")
+            .select("user_id", "event_time", "data", "is_last"))
+
+
+def _session_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
+    from sparkstate.pipelines import sessionize
+
+    from . import contenders as c
+    from . import pyspark_raw as raw
+
+    def sparkstate_sessions(df: DataFrame, t: JobTask) -> DataFrame:
+        return sessionize(df, key="user_id", timestamp="event_time", gap=timedelta(milliseconds=t.gap_ms),
+                          last_flag="is_last", time_mode="event", watermark=timedelta(milliseconds=t.watermark_ms),
+                          data="data", emit_on_last=True)
+
+    return {
+        "java-fmgws": lambda df, t: DataFrame(
+            _java(df).Sessionizer.apply(_session_input(df, t)._jdf, t.gap_ms, True), df.sparkSession),
+        "pyspark-tws": lambda df, t: _session_input(df, t).groupBy("user_id").transformWithState(
+            raw.TwsSessionizer(t.gap_ms, emit_on_last=True), c.SESSION_OUTPUT, "Append", "EventTime"),
+        "sparkstate-batched": sparkstate_sessions,
+    }
+
+
+def builders(workload: str) -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
+    """The library contenders of ``workload``, by name."""
+    return _count_builders() if workload == "count" else _session_builders()
+
+
+#: Output modes: the count is a key's latest total (update), a session is final (append).
+OUTPUT_MODE = {"count": "update", "sessions": "append"}
+
+
+def run(task: JobTask) -> None:
+    from . import runner
+    from sparkstate.io import connectors
+
+    conf = {**connectors.spark_settings(kafka=True), **task.conf}
+    if task.contender.startswith("java") or task.contender.startswith("pyspark-pandas"):
+        conf["spark.sql.streaming.stateStore.encodingFormat"] = "unsaferow"
+    spark = runner.start_session(task.jar, conf)
+    schema = COUNT_SCHEMA if task.workload == "count" else SESSIONS_SCHEMA
+    raw_in = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", task.bootstrap)
+              .option("subscribe", task.topic_in).option("startingOffsets", "earliest").load())
+    events = raw_in.select(F.from_json(F.col("value").cast("string"), schema).alias("e")).select("e.*")
+    out = builders(task.workload)[task.contender](events, task)
+    record = out.select(F.col(out.columns[0]).cast("string").alias("key"),
+                        F.to_json(F.struct(*[F.col(f"`{c}`") for c in out.columns])).alias("value"))
+    query = (record.writeStream.format("kafka").option("kafka.bootstrap.servers", task.bootstrap)
+             .option("topic", task.topic_out).option("checkpointLocation", task.checkpoint)
+             .outputMode(OUTPUT_MODE[task.workload]).start())
+    stop = Path(task.stop_file)
+    try:
+        while not stop.exists():
+            if query.awaitTermination(0.2):
+                raise RuntimeError(f"{task.contender}: the query ended: {query.exception()}")
+        Path(task.progress_file).write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
+    finally:
+        if query.isActive:
+            query.stop()
+        spark.stop()
+
+
+def main(argv: list[str]) -> int:
+    run(JobTask(**json.loads(Path(argv[0]).read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

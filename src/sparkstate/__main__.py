@@ -1,0 +1,7 @@
+"""``python -m sparkstate``: the ``sparkstate`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
