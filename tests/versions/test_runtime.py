@@ -37,13 +37,7 @@ def test_what_this_minor_lacks_is_one_line_naming_the_minor_that_has_it(spark, t
                                         output_type="k string, n long", **kwargs)
 
     if runtime.has(feature):
-        q = define().writeStream.outputMode("update").format("memory").queryName(f"runtime_{case}") \
-            .option("checkpointLocation", str(tmp_path / "ck")).start()
-        try:
-            q.processAllAvailable()
-        finally:
-            q.stop()
-        assert [tuple(r) for r in spark.table(f"runtime_{case}").collect()] == [("a", 1)]
+        assert define().isStreaming  # running it is the main suite's (tests/engines)
     else:
         with pytest.raises(ConfigError, match=re.escape(message)) as err:
             define()

@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import ConfigError
 
 try:
@@ -26,6 +28,17 @@ except ImportError:  # PySpark 3.5: the engines on transformWithState refuse to 
 TRANSFORM_WITH_STATE_IN_PANDAS = (4, 0)
 TRANSFORM_WITH_STATE_ROWS = (4, 1)
 STATE_READERS = (4, 0)
+
+
+def arrow_type(dt: Any) -> Any:
+    """The Arrow type of the Spark type ``dt``, timestamps as UTC instants (PySpark 4.1 and later
+    take ``timezone=``; 4.0 and 3.5 have none, their timestamps are always UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        return to_arrow_type(dt, timezone="UTC")
+    except TypeError:
+        return to_arrow_type(dt)
 
 
 def minor_of(version: str) -> tuple[int, int]:
