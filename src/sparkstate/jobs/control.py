@@ -70,7 +70,7 @@ def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | No
 def _no_data_batch(progress: Any) -> bool:
     """Whether a progress report is of a batch that found no new data in any source."""
     try:
-        report = json.loads(progress.json)
+        report = progress if isinstance(progress, dict) else json.loads(progress.json)  # PySpark 3.5: a dict
     except Exception:
         return False
     sources = report.get("sources") or []
@@ -101,7 +101,7 @@ def is_caught_up(query: "StreamingQuery") -> bool:
 
 def _last_batch(query: "StreamingQuery") -> int | None:
     last = query.lastProgress
-    return None if last is None else last.batchId
+    return None if last is None else last["batchId"]  # a dict on PySpark 3.5, dict-like on 4.x
 
 
 def wait_until_caught_up(

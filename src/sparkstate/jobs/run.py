@@ -294,7 +294,7 @@ def _stop(spark: "SparkSession", query: Any, listener: MetricsListener, checkpoi
 
     stop_after_current_batch(query, wait_s=STOP_WAIT_S + trigger_ms / 1000, owed=owed)
     last = query.lastProgress
-    listener.wait_for(query, None if last is None else last.batchId, timeout_s=5.0)
+    listener.wait_for(query, None if last is None else last["batchId"], timeout_s=5.0)  # a dict on PySpark 3.5
 
 
 def _result(config: JobConfig, job: _Job, t: RunTotals, query_id: str, stopped_by: StoppedBy,

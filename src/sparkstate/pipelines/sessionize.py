@@ -44,6 +44,8 @@ REJECTED = "rejected"
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
 _WATERMARK = NULL_WATERMARK_COLUMN
+#: The metadata of the operator input's columns in late="emit" mode (none carries the watermark).
+_NO_WATERMARK = {"sparkstate.watermark": "dropped"}
 #: Metadata of sessionize's ``event_time_column``: how far (ms) it lies after ``session_end``.
 END_OFFSET_KEY = "sparkstate.sessionEndOffsetMs"
 
@@ -298,10 +300,12 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
         # column of the operator's input carries the watermark (its metadata). So no column
         # carries it, except one that is always null (never "older" than anything): the operator
         # still runs in event time on the watermark the plan computes, and the function sees every row.
+        # The columns' metadata is replaced by a marker, not emptied: Spark 4.0's optimizer drops
+        # an alias whose metadata is empty as redundant, and the timestamp's watermark with it.
         names = [key, timestamp or "_sparkstate_ts", data, last_flag or "_sparkstate_last"]
-        cols = [c.alias(n, metadata={}) for c, n in zip(cols, names)]
-        cols.append(reject.alias(_REJECT, metadata={}))  # SessionRow.reason, then its carry
-        cols += [F.col(c).alias(c, metadata={}) for c in carry]
+        cols = [c.alias(n, metadata=_NO_WATERMARK) for c, n in zip(cols, names)]
+        cols.append(reject.alias(_REJECT, metadata=_NO_WATERMARK))  # SessionRow.reason, then its carry
+        cols += [F.col(c).alias(c, metadata=_NO_WATERMARK) for c in carry]
         if mode == "event" and df.isStreaming:
             cols.append(F.lit(None).cast("timestamp").alias(_WATERMARK, metadata={WATERMARK_DELAY_KEY: delay_ms}))
     return df.select(*cols)
