@@ -8,7 +8,7 @@ sessions do not depend on arrival order or micro-batch boundaries (within the wa
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -203,7 +203,7 @@ def _check_settings(time_mode: Any, gap: Duration, watermark: Duration) -> tuple
         raise ConfigError(str(exc)) from None
     if watermark_ms < 0:
         raise ConfigError(f"sessionize: watermark must be zero or positive, got {watermark!r}")
-    return mode, gap_ms, watermark_ms
+    return cast(TimeMode, mode), gap_ms, watermark_ms
 
 
 def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
@@ -268,6 +268,7 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
     ts = F.col(timestamp) if timestamp is not None else None
     reject = F.lit(None).cast("string")
     if skew_ms is not None:
+        assert ts is not None, "max_future_skew is event time's, which has a timestamp column (checked before)"
         fmt = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
         now = F.current_timestamp()  # in a stream: the micro-batch's time, the same again on a replay
         reject = F.when(ts > now + F.expr(f"INTERVAL {skew_ms} MILLISECONDS"), F.concat(
@@ -277,6 +278,7 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
         reject = F.col(_REJECT)
     delay_ms = watermark_ms
     if mode == "event":
+        assert timestamp is not None and ts is not None, "event time has a timestamp column (checked before)"
         if df.isStreaming and not has_watermark(df):
             if skew_ms is not None:  # the watermark follows only the rows that may join sessions
                 df = df.withColumn(_WATERMARK_TIME, F.when(reject.isNull(), ts))
