@@ -159,20 +159,17 @@ def main() -> None:
     holder: dict[str, Any] = {}
 
     if args.what == "operator":
-        from pyspark.sql import functions as F
-
         def count(key, rows, state):
             n = (state.get if state.exists else 0) + sum(1 for _ in rows)
             state.update(n)
             return (key[0], n)
 
         events = spark.readStream.schema("word string").option("maxFilesPerTrigger", 1).json(inp)
-        out = ss.map_groups_with_state(events, count, key="word", output_schema="word string, n long",
-                                       state_schema="long", engine="batched")
+        out = ss.map_groups_with_state(events, key="word", func=count, state_type=int,
+                                       output_type="word string, n long", engine="batched")
         query = (out.writeStream.format("noop").outputMode("update").trigger(processingTime=args.trigger)
                  .option("checkpointLocation", os.path.join(work, "ck")).start())
         holder["query"] = query
-        del F
     else:
         from sparkstate.jobs.config import JobConfig
         from sparkstate.jobs.run import run_pipeline

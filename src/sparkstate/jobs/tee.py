@@ -42,19 +42,17 @@ class JobTee:
         self.dead_letters = dead_letters
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         batch_df.persist()
         try:
             # One job runs the whole batch (every partition, so every state store commits, even when
             # both writers skip a replay) and counts its two parts; a part then costs one job when it
-            # has rows and none when it is empty (write_counted).
-            counts = batch_df.agg(F.count(F.col(OUT)).alias("out"), F.count(F.col(DEAD)).alias("dead")).first()
-            out_rows, dead_rows = (counts[0], counts[1]) if counts is not None else (0, 0)
+            # has rows and none when it is empty (write_counted). Written as SQL text: one call into
+            # the JVM per step, not one per column object.
+            out_rows, dead_rows = batch_df.selectExpr(f"count({OUT})", f"count({DEAD})").collect()[0]
             if self.dead_letters is not None:
-                write_counted(self.dead_letters, batch_df.where(F.col(DEAD).isNotNull()).select(f"{DEAD}.*"),
+                write_counted(self.dead_letters, batch_df.where(f"{DEAD} IS NOT NULL").select(f"{DEAD}.*"),
                               batch_id, dead_rows)
-            write_counted(self.output, batch_df.where(F.col(OUT).isNotNull()).select(f"{OUT}.*"), batch_id, out_rows)
+            write_counted(self.output, batch_df.where(f"{OUT} IS NOT NULL").select(f"{OUT}.*"), batch_id, out_rows)
         finally:
             batch_df.unpersist()
 
