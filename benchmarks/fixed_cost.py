@@ -149,7 +149,7 @@ def main() -> None:
     inp = os.path.join(work, "in")
     os.mkdir(inp)
     t0 = 1_700_000_000
-    if args.what == "run-count":
+    if args.what in ("run-count", "operator"):
         warm = [json.dumps({"word": f"k{i}"}) for i in range(args.keys)]
         one = lambda i: [json.dumps({"word": f"k{i % args.keys}"})]
     else:
@@ -162,7 +162,7 @@ def main() -> None:
         def count(key, rows, state):
             n = (state.get if state.exists else 0) + sum(1 for _ in rows)
             state.update(n)
-            return (key[0], n)
+            return (key, n)
 
         events = spark.readStream.schema("word string").option("maxFilesPerTrigger", 1).json(inp)
         out = ss.map_groups_with_state(events, key="word", func=count, state_type=int,
