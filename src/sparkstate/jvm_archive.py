@@ -5,7 +5,7 @@ reads, verifies and links each one, and that is most of the 11 s a session takes
 cores (and again most of its first job). Java 17's class-data sharing keeps those classes in an
 archive, already parsed and verified, and maps it at start-up. The archive is made once, by a
 JVM that runs a small sessionize job (:func:`sparkstate.jobs.archive_job.build`: ``sparkstate
-jvm-archive``, which ``make`` runs), and :func:`~sparkstate.spark_session` passes it to every
+jvm-archive``, which ``make test`` runs first), and :func:`~sparkstate.spark_session` passes it to every
 local driver it starts afterwards (``-XX:SharedArchiveFile``, through ``SPARK_SUBMIT_OPTS``).
 This module is that run-time half: where the archive is and the start-up option.
 

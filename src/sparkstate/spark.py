@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 log = logging.getLogger("sparkstate")
 
@@ -207,7 +208,7 @@ def _fill_sql_defaults(spark: "SparkSession", defaults: Mapping[str, str], given
     Spark was launched (spark-submit ``--conf``, ``spark-defaults.conf``, the builder) or the
     caller gives it; the :data:`LOCAL_DEFAULTS` only in local mode."""
     launched = spark.sparkContext.getConf()
-    local = spark.sparkContext.master.startswith("local")
+    local = (spark.sparkContext.master or "").startswith("local")
     for k, v in defaults.items():
         if not k.startswith("spark.sql.") or k in given or launched.contains(k):
             continue
@@ -323,7 +324,7 @@ def pause_before_attempt(attempt: int) -> None:
     time.sleep(START_PAUSE_S * attempt)
 
 
-def start_query(writer: object, what: str = "the query") -> object:
+def start_query(writer: "DataStreamWriter", what: str = "the query") -> "StreamingQuery":
     """``writer.start()``; started again (up to :data:`START_ATTEMPTS` times in all) when Spark's
     Python process for it did not connect back in time, with a warning each time.
 
@@ -335,7 +336,7 @@ def start_query(writer: object, what: str = "the query") -> object:
 
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            return writer.start()  # type: ignore[attr-defined]
+            return writer.start()
         except Exception as exc:
             if WORKER_NOT_BACK not in str(exc):
                 raise

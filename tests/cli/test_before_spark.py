@@ -67,6 +67,10 @@ CASES = {
     "run, a file sink without a checkpoint": (
         ["run", "running-count", "--source", "files:{tmp}", "--sink", "parquet:{tmp}/out"], (),
         "run: a parquet sink needs --checkpoint DIR (it is what makes the output exactly-once across restarts)"),
+    "run, a memory sink and nowhere for dead letters": (
+        ["run", "running-count", "--source", "files:{tmp}", "--format", "json", "--sink", "memory"], (),
+        "run: the sink memory has no default place for dead letters (malformed records are never dropped"
+        " silently); pass --deadletter SPEC, e.g. --deadletter json:DIR"),
     "run, no such initial state": (
         ["run", "running-count", "--source", "files:{tmp}", "--initial-state", "/nonexistent.parquet"], (),
         "run: the initial state /nonexistent.parquet does not exist (--initial-state takes what `sparkstate state"

@@ -3,6 +3,7 @@ texts (made from the settings' declarations), and a run that leaves nothing in t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -76,4 +77,22 @@ def test_a_run_without_a_checkpoint_leaves_nothing_in_the_temp_directory(tmp_pat
                        env={"TMPDIR": str(temp)}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "caught up" in done.stdout and "Spark's log" not in done.stdout
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_state_show_prints_the_state_and_keeps_spark_quiet(tmp_path):
+    """`state show` starts Spark: its log lines go to a scratch file (removed at the end), the table to stdout."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"word": "a"}\n{"word": "a"}\n')
+    ck = tmp_path / "ck"
+    run = _sparkstate("run", "running-count", "--source", f"files:{tmp_path / 'in'}", "--sink", "memory",
+                      "--deadletter", f"json:{tmp_path / 'dead'}", "--checkpoint", str(ck), "--once", "--no-progress",
+                      cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = _sparkstate("state", "show", str(ck), "--json", env={"TMPDIR": str(temp)}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["value"] for line in done.stdout.splitlines()] == [2]
+    assert "log4j" not in done.stderr and "WARN" not in done.stderr, done.stderr
     assert sorted(p.name for p in temp.iterdir()) == []

@@ -1,4 +1,4 @@
-"""The documented fate of each hostile record (README "Dead letters and hostile bytes"), and the
+"""The documented fate of each hostile record (docs/jobs.md "Dead letters and hostile bytes"), and the
 dead-letter contract on many Hypothesis-drawn records, through the parser on static frames (fast)."""
 
 from __future__ import annotations

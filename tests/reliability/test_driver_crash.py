@@ -11,7 +11,6 @@ dead letter exactly once.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections import Counter
@@ -43,11 +42,7 @@ CRASH_TEST_TIMEOUT_S = 1800
 
 
 def _engines() -> list[str | None]:
-    """The engines `sparkstate run --engine` accepts, the default first; ``[None]`` (no flag) while it has none."""
-    from sparkstate.jobs.config import JobConfig
-
-    if "engine" not in {f.name for f in dataclasses.fields(JobConfig)}:
-        return [None]
+    """The engines `sparkstate run --engine` accepts, the default first."""
     from sparkstate.engines import DEFAULT_ENGINE, ENGINES
 
     return [DEFAULT_ENGINE] + sorted(set(ENGINES) - {DEFAULT_ENGINE})

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
+
+from ._terminal import send_process_output_to
 
 
 
@@ -61,8 +66,15 @@ def _session(args: argparse.Namespace):
         check_local(args.checkpoint)
     else:
         require("connect", f"state {args.state_command}: --remote {remote}")
+    from pyspark.sql import SparkSession
+
     import sparkstate as ss
 
+    if remote is None and SparkSession.getActiveSession() is None:
+        # Spark starts here: its own output goes to a scratch log, removed when the command ends
+        log_path = Path(tempfile.gettempdir()) / f"sparkstate-state-{os.getpid()}.log"
+        send_process_output_to(log_path)
+        atexit.register(log_path.unlink, missing_ok=True)
     return ss.spark_session("sparkstate-state", remote=remote)
 
 

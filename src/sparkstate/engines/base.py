@@ -184,6 +184,14 @@ class Engine(abc.ABC):
         return None
 
 
+def struct_column(schema: StructType, name: str) -> StructType:
+    """The struct type of column ``name`` of ``schema`` (a stored record's ``key`` or ``value``)."""
+    t = schema[name].dataType
+    if not isinstance(t, StructType):
+        raise TypeError(f"column {name!r} is a {t.simpleString()}, not a struct")
+    return t
+
+
 class StoredLayout(abc.ABC):
     """One engine's state in a checkpoint, read back without running the query: what
     ``ss.state.read/keys/export/stats/stored_schema`` and the ``checkpoint=`` check ask of the
@@ -213,7 +221,7 @@ class StoredLayout(abc.ABC):
         """The (key, state) schemas of :meth:`records` (after a state type change: the one most
         keys hold)."""
         schema = self.records(None).schema
-        return schema["key"].dataType, schema["value"].dataType
+        return struct_column(schema, "key"), struct_column(schema, "value")
 
     def settings(self) -> dict[str, Any]:
         """The layout settings fixed when the checkpoint was created (the batched engine:

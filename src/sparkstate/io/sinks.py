@@ -56,13 +56,14 @@ from typing import TYPE_CHECKING, Literal, Union, get_args
 from .. import fs
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
+from ..owed_batch import queue_owed_batch
 from ..paths import local_path
 from ..spark import is_connect, start_query
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
 from .writers import CONSOLE_ROWS, FileBatchWriter, batch_writer, describe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("sparkstate.io.sinks")
@@ -130,7 +131,7 @@ class SinkSpec:
         """
         if not self.is_file and self.kind != "delta":
             return None
-        return f"{self.path.rstrip('/')}/{DEADLETTER_DIR}"
+        return f"{(self.path or '').rstrip('/')}/{DEADLETTER_DIR}"
 
     @property
     def deadletter_sink(self) -> "SinkSpec | None":
@@ -147,7 +148,7 @@ class SinkSpec:
         """The postgres connection target (only for ``kind == "postgres"``)."""
         if self.kind != "postgres":
             raise ConfigError(f"SinkSpec: postgres_target is only defined for postgres sinks, this is {self.kind!r}")
-        return PostgresTarget(url=self.url, table=self.table, password=self.password)
+        return PostgresTarget(url=self.url or "", table=self.table or "", password=self.password)  # parse_sink set both
 
     def __str__(self) -> str:
         if self.kind in ("parquet", "json", "delta"):
@@ -231,12 +232,12 @@ def parse_sink(text: str) -> SinkSpec:
 
 # --- checks on local paths before starting -------------------------------------------------
 
-def _numbered(directory: str, spark: object = None) -> list[int]:
+def _numbered(directory: str, spark: "SparkSession | None" = None) -> list[int]:
     return sorted(int(n.split(".")[0]) for n in fs.list_names(directory, spark) if n.split(".")[0].isdigit())
 
 
 def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
-                     layout: str | None = None, spark: object = None) -> None:
+                     layout: str | None = None, spark: "SparkSession | None" = None) -> None:
     """Refuse, before anything starts, what would silently lose or hide output (any filesystem Spark reaches).
 
     A memory sink on a checkpoint with progress (Spark cannot recover it); a file sink directory
@@ -253,7 +254,7 @@ def check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str,
 
 
 def _check_sink_paths(spec: SinkSpec, checkpoint: str | None, output_mode: str, layout: str | None,
-                      spark: object) -> None:
+                      spark: "SparkSession | None") -> None:
     layout = layout or ("log" if output_mode == "append" else "batches")
     ck = checkpoint or None
     fresh = ck is not None and not _numbered(fs.join(ck, "commits"), spark) and not _numbered(fs.join(ck, "offsets"), spark)
@@ -299,7 +300,8 @@ def start_sink(
     memory); ``trigger`` is a processing-time interval (``"1 second"``, a ``timedelta``, ms)
     or ``None`` for "as fast as possible"; ``output_mode`` is ``"append"`` or ``"update"``
     (in update mode a file sink writes one directory per batch, a postgres sink appends each
-    batch's rows as they are).
+    batch's rows as they are). On a checkpoint whose query stopped before the no-data batch Spark
+    owed it, that batch runs first (:func:`sparkstate.owed_batch.queue_owed_batch`).
 
     >>> import sparkstate as ss, tempfile
     >>> spark = ss.spark_session()
@@ -328,6 +330,7 @@ def start_sink(
         writer = writer.queryName(name)
     if checkpoint is not None:
         writer = writer.option("checkpointLocation", checkpoint)
+        queue_owed_batch(df.sparkSession, checkpoint)  # a restart fires the timeouts its last run left due
     log.info("starting sink %s (output mode %s, checkpoint %s)", describe(spec, mode), mode, checkpoint)
     what = f"query {name}" if name else "the sink's query"
     if native:

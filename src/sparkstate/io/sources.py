@@ -212,7 +212,9 @@ def _guess_format(path: str) -> Format:
     return "json"
 
 
-def _check_format(spec: SourceSpec, fmt: str | None) -> Format:
+def record_format(spec: SourceSpec, fmt: str | None) -> Format:
+    """The format records of ``spec`` are read in: ``fmt`` checked, or for a ``files:`` directory
+    without one, what its files are (:func:`_guess_format`); needs no Spark for a local directory."""
     if fmt is None:
         return _guess_format(spec.path or "") if spec.kind == "files" else "json"
     low = str(fmt).lower()
@@ -374,7 +376,7 @@ def open_source(
         spec = parse_source(spec)
     if not isinstance(spec, SourceSpec):
         raise ConfigError(f"open_source: expected a SourceSpec or a spec string, got {type(spec).__name__}")
-    form = _check_format(spec, fmt)
+    form = record_format(spec, fmt)
     struct = to_struct(schema)
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     kw = {"required": required, "max_record_bytes": max_record_bytes}
@@ -427,4 +429,5 @@ __all__ = [
     "kafka_records",
     "open_source",
     "parse_source",
+    "record_format",
 ]

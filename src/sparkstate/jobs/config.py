@@ -190,7 +190,8 @@ def check_here(config: JobConfig, remote: str | None = None) -> None:
 
     A local ``files:`` source directory and a local initial state must exist; the packages a
     sink needs (``deltalake`` for ``delta:``, ``psycopg`` for ``postgres:``) and, with
-    ``remote`` (a Spark Connect URL), the Connect client must be installed. Each refusal is a
+    ``remote`` (a Spark Connect URL), the Connect client must be installed; records that may be
+    refused need a dead-letter sink when the sink has no default one. Each refusal is a
     :class:`~sparkstate.errors.ConfigError` of one line saying the fix. ``sparkstate run`` calls
     it before it starts Spark.
 
@@ -219,6 +220,20 @@ def check_here(config: JobConfig, remote: str | None = None) -> None:
             require(spec.kind, f"run: the {spec.kind}: sink")
     if remote is not None:
         require("connect", f"run: --remote {remote}")
+    sink = config.sink_spec
+    if config.deadletter_spec is None and sink.deadletter_sink is None and sink.kind != "console":
+        from ..io.sources import record_format
+
+        here = local_path(src.path) if src.kind == "files" and src.path else None
+        typed = src.kind == "files" and (here is None or record_format(src, config.format) == "parquet")
+        if JOB_PIPELINES[config.pipeline].rejects or not typed:  # records may be refused: they need a place
+            raise deadletters_needed(sink)
+
+
+def deadletters_needed(sink: Any) -> ConfigError:
+    """The error for a job whose sink has no default place for dead letters and that was given none."""
+    return ConfigError(f"run: the sink {sink} has no default place for dead letters (malformed records are never"
+                       " dropped silently); pass --deadletter SPEC, e.g. --deadletter json:DIR")
 
 
 #: The reader option each source kind's batch limit goes to, and the options that already limit it.
@@ -400,6 +415,7 @@ __all__ = [
     "PIPELINE_NAMES",
     "all_settings",
     "check_here",
+    "deadletters_needed",
     "load_config",
     "owners",
     "read_config_file",

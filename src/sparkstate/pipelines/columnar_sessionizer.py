@@ -31,10 +31,10 @@ from .sessionizer import CARRY, DATA, LAST, REASON, TIME, OpenSession, SessionRo
 
 #: OpenSession's fields, in the order its state columns hold them.
 _FIELDS = ("start_ms", "end_ms", "events", "times", "sizes", "closed")
-def split_sessions(pos: np.ndarray, t: np.ndarray, last: np.ndarray, data: list, gap: int,
+def split_sessions(pos: np.ndarray, t: np.ndarray, last: np.ndarray, data: Any, gap: int,
                    watermark: int) -> dict[str, Any]:
     """Sort the events of many keys (``pos``: each event's key number; ``t``: epoch ms; ``last``:
-    its flag; ``data``) as the per-key sessionizer sorts a key's events, split them into sessions
+    its flag; ``data``: a list or an Arrow string array) as the per-key sessionizer sorts a key's events, split them into sessions
     and tell which are final at ``watermark``.
 
     Returns the events in order (``t``, ``data``) and per session (in order): ``start``/``end``
@@ -45,7 +45,7 @@ def split_sessions(pos: np.ndarray, t: np.ndarray, last: np.ndarray, data: list,
     import pyarrow.compute as pc
 
     n = len(pos)
-    d = pa.array(data, pa.string())
+    d = data if isinstance(data, pa.Array) else pa.array(data, pa.string())
     # time, an unflagged event before a flagged one at the same time, then data (null first), as
     # Python orders the per-key sessionizer's (time, flag, data) tuples: UTF-8 bytes sort as code points
     order = pc.sort_indices(
@@ -56,7 +56,7 @@ def split_sessions(pos: np.ndarray, t: np.ndarray, last: np.ndarray, data: list,
     data = d.take(pa.array(order)).to_pylist()
     if n == 0:
         none = np.zeros(0, np.int64)
-        return {"t": t, "data": data, "start": none, "end": none, "key": pos, "closed": last, "due": none,
+        return {"t": t, "data": [], "start": none, "end": none, "key": pos, "closed": last, "due": none,
                 "final": np.zeros(0, bool)}
     new = np.ones(n, bool)
     if n > 1:
@@ -116,11 +116,14 @@ class SessionLogic(BucketLogic):
         rows: list = []
         for k, values in zip(keys, zip(*cols)):
             row = SessionRow(k, values[TIME], values[DATA], values[LAST], values[REASON], values[CARRY:])
-            rows.append(self.sessionizer.rejected_row(k, row, self.sessionizer.refusal(row, wm)))
+            reason = self.sessionizer.refusal(row, wm)
+            assert reason is not None, "a refused row has a reason"  # the rows were picked by their refusal
+            rows.append(self.sessionizer.rejected_row(k, row, reason))
         return rows, keys
 
     # -- one call -----------------------------------------------------------------------------------
     def run(self, call: BucketCall) -> BucketResult:
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         keys = call.keys
@@ -131,7 +134,7 @@ class SessionLogic(BucketLogic):
         r_pos = np.asarray(call.key_index, np.int64)
         r_t, null_t = self._times(table)
         r_last = pc.fill_null(table.column(LAST), False).to_numpy(zero_copy_only=False).astype(bool)
-        r_data = table.column(DATA).to_pylist()
+        r_data = table.column(DATA).combine_chunks()  # Arrow: it is sorted as Arrow (split_sessions)
         emit = self.sessionizer.emit
         refused = null_t | (r_t <= wm) if emit else null_t
         if emit:
@@ -141,14 +144,15 @@ class SessionLogic(BucketLogic):
             if emit:
                 rows, row_keys = self._refuse(call, kept, refused)
             r_pos, r_t, r_last = r_pos[kept], r_t[kept], r_last[kept]
-            r_data = list(compress(r_data, kept.tolist()))
+            r_data = r_data.filter(pa.array(kept))
         frames: list = []
         writes: dict = {}
         if keys:
             stored = call.states
             p_pos, p_t, p_last, p_data = _pending(stored)
             s = split_sessions(np.concatenate([p_pos, r_pos]), np.concatenate([p_t, r_t]),
-                               np.concatenate([p_last, r_last]), p_data + r_data, self.gap_ms, wm)
+                               np.concatenate([p_last, r_last]),
+                               pa.concat_arrays([pa.array(p_data, r_data.type), r_data]), self.gap_ms, wm)
             out = s["final"]
             if self.sessionizer.emit_on_last:  # opt-in: a flag ends a session at once
                 out = out | s["closed"]

@@ -78,7 +78,7 @@ class OpenSession:
         if t_ms is not None:
             self.start_ms = t_ms if self.start_ms is None else min(self.start_ms, t_ms)
             self.end_ms = t_ms if self.end_ms is None else max(self.end_ms, t_ms)
-        self.events.append(data)
+        self.events.append(data)  # type: ignore[arg-type]  # a null data is kept as null (arrays hold nulls)
 
     def sessions(self) -> list[tuple[list[int], list, bool]]:
         """The open sessions as ``(times, events, closed)``."""
@@ -138,7 +138,7 @@ class SessionRow(NamedTuple):
         """The record of an input row as an engine hands it (a ``Row`` of the operator input)."""
         if len(row) <= REASON:
             return cls(*row[:REASON])
-        return cls(*row[:REASON + 1], tuple(row[CARRY: CARRY + n_carry]))
+        return cls(row[KEY], row[TIME], row[DATA], row[LAST], row[REASON], tuple(row[CARRY: CARRY + n_carry]))
 
 
 #: Each field's column in the operator input (the carried columns start at ``CARRY``).
@@ -179,7 +179,7 @@ class Sessionizer:
         return row + (None,) if self.emit else row
 
     def _session_row(self, key: Any, times: list[int], data: list, closed: bool) -> tuple:
-        row = (key, utc(times[0]), utc(times[-1]), len(data), data, "last_event" if closed else "timeout")
+        row: tuple = (key, utc(times[0]), utc(times[-1]), len(data), data, "last_event" if closed else "timeout")
         if self.time_column:
             # end + gap + 1 ms is after the previous micro-batch's watermark W, as Spark requires of
             # an event-time column: a session is emitted in the first batch where it is final, so

@@ -86,7 +86,7 @@ class BucketStore:
         when most of the bucket's stored leaves are needed, one scan of the bucket's map state.
         Each leaf's blob is kept, so that :meth:`save` writes only the leaves that changed."""
         stored = [lid for lid in need if d.leaves[lid][0]]
-        out = {lid: {} for lid in need if not d.leaves[lid][0]}
+        out: dict[int, dict] = {lid: {} for lid in need if not d.leaves[lid][0]}
         blobs = self._blobs = {}
         if scans(len(stored), d.stored_leaves()) if FORCED_READS is None else FORCED_READS == "scan":
             for (lid,), (blob,) in self.leaf_state.iterator():

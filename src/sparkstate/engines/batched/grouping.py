@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from functools import partial
+from functools import partial, reduce
 from typing import Any, Iterator
 
 import numpy as np
@@ -49,11 +49,8 @@ def key_cuts(table: Any, key_pos: list[int], n: int) -> Any:
 
     if n < 2:
         return np.zeros(0, np.int64)
-    changed = None
-    for i in key_pos:
-        col = table.column(i)
-        neq = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
-        changed = neq if changed is None else pc.or_(changed, neq)
+    cols = [table.column(i) for i in key_pos]
+    changed = reduce(pc.or_, [pc.fill_null(pc.not_equal(c.slice(1), c.slice(0, n - 1)), True) for c in cols])
     return np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1
 
 
@@ -106,6 +103,7 @@ class Grouper:
             # row by row (see engine.py): back to Arrow, undoing PySpark's pandas conversion
             from .pandas_values import arrow_column
 
+            assert self.zone is not None, "set with the converters of unpacked input"
             tables = [pa.table([arrow_column(pdf.iloc[:, i], f.dataType, self.zone, conv)
                                 for i, (f, conv) in enumerate(zip(self.fields, self.converters))]
                                + [pa.array(pdf.iloc[:, self.hash_pos].to_numpy(np.int64))],

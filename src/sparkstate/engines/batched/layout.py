@@ -250,9 +250,11 @@ def stored_layout(spark: Any, checkpoint: str, operator: dict[str, Any]) -> Stor
 class Layout1(StoredLayout):
     engine = ENGINE
     version = LAYOUT_VERSION
+    #: The latest batch's directories, once read (the checkpoint check reads them twice).
+    _latest: "dict[int, Directory] | None" = None
 
     def _directories(self, batch_id: int | None) -> dict[int, Directory]:
-        if batch_id is None and getattr(self, "_latest", None) is not None:
+        if batch_id is None and self._latest is not None:
             return self._latest
         rows = self.variable(DIR_VARIABLE, batch_id).collect()
         dirs = {r.key[0]: Directory.loads(r.value.blob) for r in rows}

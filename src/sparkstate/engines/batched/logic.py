@@ -36,10 +36,22 @@ class LogicProcessor(BucketProcessor):
 
     def _numbered(self, table: Any) -> tuple[dict, list, np.ndarray]:
         """The keys of the rows in first-seen order (key -> position), their hashes, each row's key position."""
-        cols = [conv(table.column(i)) for i, conv in zip(self.input.key_pos, self.key_convs)]
-        row_keys = cols[0] if len(cols) == 1 else list(zip(*cols))
-        number: dict = {}
-        pos = np.fromiter((number.setdefault(k, len(number)) for k in row_keys), np.int64, len(row_keys))
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        key_pos = self.input.key_pos
+        col = table.column(key_pos[0])
+        if len(key_pos) == 1 and (pa.types.is_string(col.type) or pa.types.is_integer(col.type)):
+            # numbered by Arrow (codes in first-seen order); only the distinct keys become Python values
+            coded = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")
+            pos = coded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            keys = self.key_convs[0](coded.dictionary)
+            number = dict(zip(keys, range(len(keys))))
+        else:
+            cols = [conv(table.column(i)) for i, conv in zip(key_pos, self.key_convs)]
+            row_keys = cols[0] if len(cols) == 1 else list(zip(*cols))
+            number = {}
+            pos = np.fromiter((number.setdefault(k, len(number)) for k in row_keys), np.int64, len(row_keys))
         _, first = np.unique(pos, return_index=True)  # each key's first row (positions are 0..n-1)
         return number, table.column(self.input.hash_pos).to_numpy()[first].tolist(), pos
 

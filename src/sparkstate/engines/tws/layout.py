@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from ..base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, StoredLayout, decoded_records
+from ..base import EXISTS_COLUMN, INITIAL_TIMEOUT_COLUMN, StoredLayout, decoded_records, struct_column
 from ..state_fields import relayer
 
 if TYPE_CHECKING:
@@ -69,13 +69,13 @@ class Layout2(StoredLayout):
     def records(self, batch_id: int | None) -> "DataFrame":
         from pyspark.sql import functions as F
 
-        from .type_tags import parse_type_tag
+        from .type_tags import parse_struct_tag, parse_type_tag
 
         raw = self.variable(STATE_VARIABLE, batch_id)
-        key_schema = raw.schema["key"].dataType
+        key_schema = struct_column(raw.schema, "key")
         tags = self._state_types(raw)
         target_tag = max(tags, key=lambda t: (tags[t], t)) if tags else "struct<>"
-        target = parse_type_tag(target_tag)
+        target = parse_struct_tag(target_tag)
         relayers = {t: relayer(parse_type_tag(t), target) for t in tags if t != target_tag}
 
         def decode(row: tuple) -> Any:
@@ -92,10 +92,10 @@ class Layout2(StoredLayout):
         return decoded_records(rows, decode, key_schema, target)
 
     def schemas(self) -> tuple[StructType, list[StructType]]:
-        from .type_tags import parse_type_tag
+        from .type_tags import parse_struct_tag
 
         raw = self.variable(STATE_VARIABLE, None)
-        return raw.schema["key"].dataType, [parse_type_tag(t) for t in sorted(self._state_types(raw))]
+        return struct_column(raw.schema, "key"), [parse_struct_tag(t) for t in sorted(self._state_types(raw))]
 
 
 class Layout1(StoredLayout):
@@ -107,7 +107,7 @@ class Layout1(StoredLayout):
 
         raw = self.variable(LEGACY_STATE_VARIABLE, batch_id)
         meta = (LEGACY_EXISTS_COLUMN, LEGACY_TIMEOUT_COLUMN)
-        fields = [f for f in raw.schema["value"].dataType.names if f not in meta]
+        fields = [f for f in struct_column(raw.schema, "value").names if f not in meta]
         return raw.select(
             "partition_id", "key",
             F.struct(*[F.col(f"value.`{f}`").alias(f) for f in fields]).alias("value"),

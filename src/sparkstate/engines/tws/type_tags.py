@@ -74,6 +74,14 @@ def parse_type_tag(tag: str) -> DataType:
     return dt
 
 
+def parse_struct_tag(tag: str) -> StructType:
+    """:func:`parse_type_tag` of a stored state's tag, which is a struct's."""
+    t = parse_type_tag(tag)
+    if not isinstance(t, StructType):
+        raise StateTypeError(f"stored state type {tag!r} is not a struct")
+    return t
+
+
 def tag_fields(tag: str) -> tuple[str, ...]:
     """The top-level field names of a struct type tag (the columns a state row holds)."""
     dt = parse_type_tag(tag)
