@@ -21,7 +21,7 @@ from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, 
 from ..runtime import TRANSFORM_WITH_STATE_IN_PANDAS, require
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
-from .packing import BLOB_COLUMN, PACKED_SCHEMA, packer
+from .packing import BLOB_COLUMN, bucketed_input
 from .logic import LogicProcessor
 from .processor import BucketProcessor
 
@@ -179,7 +179,6 @@ class BatchedEngine(Engine):
         return other
 
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
-        from pyspark.sql import functions as F
 
         require(TRANSFORM_WITH_STATE_IN_PANDAS, f"{plan.operator}: engine='batched' (Spark's transformWithStateInPandas)",
                 "Use engine='inband' (or leave engine= out).")
@@ -190,33 +189,17 @@ class BatchedEngine(Engine):
                 f"{plan.operator}: state_ttl is not supported by the batched engine (it relies on Spark's per-key"
                 " value-state TTL). Pass engine='tws', or expire state with a timeout."
             )
-        clash = [c for c in df.columns if c in (BUCKET_COLUMN, HASH_COLUMN)]
-        if clash:
-            raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
-        h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
         processor_class = self.processor_class
         if processor_class is BucketProcessor and plan.bucket_logic is not None:
             processor_class = LogicProcessor  # the plan's logic over a bucket at a time, not func per key
-        bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
-        if not self.pack or (df.isStreaming and drops_late_rows(df)):
-            # Spark drops input rows behind the watermark inside the stateful operator, by the
-            # column that carries it; packed rows would hide that column. So an event-time
-            # input goes in row by row (pandas), and Spark's late-row rule stays exactly its own.
-            # (Likewise with pack=False.) An input whose only watermark column is always null
-            # (sessionize late="emit") loses no row to Spark: it is packed.
-            # longs travel as strings: pandas would turn a long column with a null into float64
-            values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
-                      else F.col(f"`{f.name}`") for f in df.schema.fields]
-            data = df.select(*values, h.alias(HASH_COLUMN), bucket)
-            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
-                                                    StructField(BUCKET_COLUMN, IntegerType(), True)])
-            tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-            processor = processor_class(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
-        else:
-            cols = [F.col(f"`{c}`") for c in df.columns]
-            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
-            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
-            processor = processor_class(plan, self.buckets, self.leaf_rows, schema)
+        # Spark drops input rows behind the watermark inside the stateful operator, by the column
+        # that carries it; packed rows would hide that column. So an event-time input goes in row
+        # by row (pandas), and Spark's late-row rule stays exactly its own (likewise with
+        # pack=False). An input whose only watermark column is always null (sessionize
+        # late="emit") loses no row to Spark: it is packed.
+        inp = bucketed_input(df, plan, self.buckets, row_by_row=not self.pack or (df.isStreaming and drops_late_rows(df)))
+        processor = processor_class(plan, self.buckets, self.leaf_rows, inp.schema, packed=inp.packed, tz=inp.tz)
+        data = inp.data
         init = None
         if initial_state is not None:
             init = initial_leaves(initial_state, plan, self.buckets, self.leaf_rows).groupBy(BUCKET_COLUMN)

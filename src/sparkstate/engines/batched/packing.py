@@ -5,11 +5,17 @@ a few rows per bucket instead of one per event. :class:`.grouping.Grouper` opens
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
 
-from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from .layout import BUCKET_COLUMN
+from ...errors import ConfigError
+from ..base import StatePlan
+from .layout import BUCKET_COLUMN, HASH_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 BLOB_COLUMN = "_sparkstate_blob"
 
@@ -17,6 +23,46 @@ PACKED_SCHEMA = StructType([StructField(BUCKET_COLUMN, IntegerType(), True),
                             StructField(BLOB_COLUMN, BinaryType(), True)])
 _PACK_ROWS = 1 << 16
 _PACK_BYTES = 1 << 28  # a blob column's offsets are 32-bit: stay far below 2 GiB
+
+
+@dataclass(frozen=True)
+class BucketedInput:
+    """An engine's input with each row's key hash and bucket, ready to be grouped by bucket.
+
+    ``data``: packed (``(bucket, blob)`` rows, see :func:`packer`) or row by row (the input's
+    columns, longs as strings, then the hash and the bucket); ``schema``: the columns a
+    processor reads in the rows it is handed; ``packed`` and ``tz`` (the session time zone
+    PySpark converts timestamps with, row by row only) go to the processor.
+    """
+
+    data: "DataFrame"
+    schema: StructType
+    packed: bool
+    tz: str = "UTC"
+
+
+def bucketed_input(df: "DataFrame", plan: StatePlan, buckets: int, *, row_by_row: bool) -> BucketedInput:
+    """``df`` with each row's key hash (``xxhash64`` of the key columns) and bucket (the hash mod
+    ``buckets``), packed by bucket before the shuffle unless ``row_by_row``: an input whose
+    watermark column Spark must see goes in row by row, since packed rows would hide it."""
+    from pyspark.sql import functions as F
+
+    clash = [c for c in df.columns if c in (BUCKET_COLUMN, HASH_COLUMN)]
+    if clash:
+        raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
+    h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
+    bucket = F.pmod(h, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN)
+    if row_by_row:
+        # longs travel as strings: pandas would turn a long column with a null into float64
+        values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
+                  else F.col(f"`{f.name}`") for f in df.schema.fields]
+        schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
+                                                StructField(BUCKET_COLUMN, IntegerType(), True)])
+        tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        return BucketedInput(df.select(*values, h.alias(HASH_COLUMN), bucket), schema, packed=False, tz=tz)
+    cols = [F.col(f"`{c}`") for c in df.columns]
+    data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
+    return BucketedInput(data, StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)]), packed=True)
 
 
 def packer(bucket_pos: int) -> Any:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from ...errors import ConfigError
 from ...group_state import GroupStateTimeout
 from ..base import Engine, StatePlan, StoredLayout, has_watermark
-from ..batched.layout import BUCKET_COLUMN, HASH_COLUMN
-from ..batched.packing import PACKED_SCHEMA, packer
+from ..batched.layout import BUCKET_COLUMN
+from ..batched.packing import bucketed_input
 from . import layout
 from .layout import STATE_SCHEMA
 from .processor import InBandProcessor
@@ -64,33 +63,17 @@ class InBandEngine(Engine):
         return None
 
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
-        from pyspark.sql import functions as F
 
         refusal = self.refusal(df, plan, initial_state)
         if refusal is not None:
             raise ConfigError(refusal)
-        clash = [c for c in df.columns if c in (BUCKET_COLUMN, HASH_COLUMN)]
-        if clash:
-            raise ConfigError(f"{plan.operator}: the input has reserved column(s) {', '.join(clash)}; rename them")
-        h = F.xxhash64(*[F.col(c) for c in plan.key_columns])
-        bucket = F.pmod(h, F.lit(self.buckets)).cast("int").alias(BUCKET_COLUMN)
-        if df.isStreaming and has_watermark(df):
-            # An event-time input goes in row by row: Spark drops late rows by the column that
-            # carries the watermark, and applyInPandasWithState (Spark 3.5) needs that column in
-            # its own input for event-time timeouts, even the always-null one of sessionize
-            # late="emit" (which drops nothing): packed rows would hide it.
-            values = [F.col(f"`{f.name}`").cast("string").alias(f.name) if isinstance(f.dataType, LongType)
-                      else F.col(f"`{f.name}`") for f in df.schema.fields]
-            data = df.select(*values, h.alias(HASH_COLUMN), bucket)
-            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True),
-                                                    StructField(BUCKET_COLUMN, IntegerType(), True)])
-            tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-            processor = InBandProcessor(plan, self.buckets, 1, schema, packed=False, tz=tz)
-        else:
-            cols = [F.col(f"`{c}`") for c in df.columns]
-            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
-            schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
-            processor = InBandProcessor(plan, self.buckets, 1, schema)
+        # An event-time input goes in row by row: Spark drops late rows by the column that carries
+        # the watermark, and applyInPandasWithState (Spark 3.5) needs that column in its own input
+        # for event-time timeouts, even the always-null one of sessionize late="emit" (which drops
+        # nothing): packed rows would hide it.
+        inp = bucketed_input(df, plan, self.buckets, row_by_row=df.isStreaming and has_watermark(df))
+        processor = InBandProcessor(plan, self.buckets, 1, inp.schema, packed=inp.packed, tz=inp.tz)
+        data = inp.data
         if not df.isStreaming:
             def once(frame: Any) -> Any:
                 return processor.static(frame)
