@@ -177,6 +177,11 @@ class BatchedEngine(Engine):
         other.buckets = buckets
         return other
 
+    def visits_every_key(self, df: "DataFrame") -> bool:
+        """Packed input only (see :meth:`apply`): the packing step adds an empty blob for every
+        bucket to a micro-batch with input, so every bucket is called and reads all its keys."""
+        return self.processor_class is BucketProcessor and self.pack and not (df.isStreaming and drops_late_rows(df))
+
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
         from pyspark.sql import functions as F
 
@@ -211,7 +216,8 @@ class BatchedEngine(Engine):
             processor = processor_class(plan, self.buckets, self.leaf_rows, schema, packed=False, tz=tz)
         else:
             cols = [F.col(f"`{c}`") for c in df.columns]
-            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
+            data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(
+                packer(len(cols) + 1, self.buckets if plan.every_key else None), PACKED_SCHEMA)
             schema = StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)])
             processor = processor_class(plan, self.buckets, self.leaf_rows, schema)
         init = None

@@ -19,10 +19,14 @@ _PACK_ROWS = 1 << 16
 _PACK_BYTES = 1 << 28  # a blob column's offsets are 32-bit: stay far below 2 GiB
 
 
-def packer(bucket_pos: int) -> Any:
+def packer(bucket_pos: int, every_bucket: int | None = None) -> Any:
     """The ``mapInArrow`` function run before the shuffle: it cuts each partition's rows by
     bucket into Arrow IPC blobs, one row ``(bucket, blob)`` per bucket and up to 64K input rows
     (or 256 MB).
+
+    ``every_bucket``: the bucket count of a plan that calls every key in each micro-batch with
+    input (``StatePlan.every_key``): a partition with rows then also yields an empty blob for
+    each of the buckets, so Spark calls every bucket, even one whose keys have no new rows.
 
     PySpark feeds transformWithStateInPandas row by row (a pandas ``itertuples`` and a
     DataFrame rebuilt per group); packed, it sees a few rows per bucket, and the Spark side
@@ -62,15 +66,21 @@ def packer(bucket_pos: int) -> Any:
 
         chunk: list = []
         rows = size = 0
+        seen = False
         for batch in batches:
             if batch.num_rows:
                 chunk.append(batch)
                 rows += batch.num_rows
                 size += batch.nbytes
+                seen = True
             if rows >= _PACK_ROWS or size >= _PACK_BYTES:
                 yield from cut(chunk)
                 chunk, rows, size = [], 0, 0
         if chunk:
             yield from cut(chunk)
+        if seen and every_bucket is not None:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(range(every_bucket), pa.int32()), pa.array([b""] * every_bucket, pa.binary())],
+                names=[BUCKET_COLUMN, BLOB_COLUMN])
 
     return pack
