@@ -20,7 +20,7 @@ from .errors import (
 )
 from .state_batch import StateBatch, StateUpdate
 from .vectorized import map_batches_with_state
-from .engines import BatchedEngine, TransformWithStateEngine
+from .engines import BatchedEngine, InBandEngine, TransformWithStateEngine
 from .group_state import GroupState, GroupStateTimeout, State
 from .operators import flat_map_groups_with_state, map_groups_with_state, map_with_state, update_state_by_key
 from .spark import spark_session
@@ -33,6 +33,7 @@ except _metadata.PackageNotFoundError:  # sources on the path without an install
 
 __all__ = [
     "BatchedEngine",
+    "InBandEngine",
     "ConfigError",
     "GroupState",
     "GroupStateTimeout",

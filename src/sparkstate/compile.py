@@ -22,9 +22,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .durations import Duration, positive_ms
-from .engines import DEFAULT_ENGINE, TTL_ENGINE, Engine, StatePlan, get_engine
+from .engines import TTL_ENGINE, Engine, StatePlan, default_engine, get_engine
 from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, BucketLogic, has_watermark, initial_key_column
 from .engines.evolution import inspect_checkpoint, key_struct
+from .engines.runtime import TRANSFORM_WITH_STATE_ROWS, require
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupStateTimeout
 from .spark import check_session
@@ -43,7 +44,8 @@ def choose_engine(asked: str | Engine | None, written_by: str | None = None, *, 
     engine that wrote it unless the caller names one (and a different one is then refused by
     the checkpoint check, with the way out). Otherwise: :data:`~sparkstate.engines.DEFAULT_ENGINE`,
     or :data:`~sparkstate.engines.TTL_ENGINE` when ``state_ttl`` is asked for (only it keeps
-    Spark's per-key TTL). The vectorized API runs on the batched engine's layout only.
+    Spark's per-key TTL); where Spark has no transformWithState (3.5), the inband engine
+    (:func:`~sparkstate.engines.default_engine`). The vectorized API runs on the batched engine's layout only.
 
     >>> choose_engine(None).name, choose_engine(None, "tws").name, choose_engine(None, state_ttl=True).name
     ('batched', 'tws', 'tws')
@@ -56,7 +58,7 @@ def choose_engine(asked: str | Engine | None, written_by: str | None = None, *, 
         return get_engine(asked)
     if written_by is not None:
         return get_engine(written_by)
-    return get_engine(TTL_ENGINE if state_ttl else DEFAULT_ENGINE)
+    return get_engine(TTL_ENGINE if state_ttl else default_engine())
 
 
 def _vectorized(asked: str | Engine | None) -> Engine:
@@ -278,6 +280,8 @@ def time_settings(df: DataFrame, timeout: Any, output_mode: str, state_ttl: Dura
     ttl_ms = None
     if state_ttl is not None:
         ttl_ms = positive_ms(state_ttl, f"{operator_name}: state_ttl")
+        require(TRANSFORM_WITH_STATE_ROWS, f"{operator_name}: state_ttl (Spark's per-key TTL of transformWithState)",
+                "Expire the state with a timeout instead (timeout=ProcessingTimeTimeout).")
         if conf is GroupStateTimeout.EventTimeTimeout:
             raise TimeoutConfigError(
                 f"{operator_name}: state_ttl is measured in processing time and Spark allows it only without an"

@@ -26,8 +26,8 @@ def parse_ddl(ddl: str) -> "DataType":
     from pyspark.sql import SparkSession
 
     spark = SparkSession.getActiveSession()
-    if spark is not None:
-        return spark._parse_ddl(ddl)  # type: ignore[attr-defined]  # classic and Connect alike
+    if spark is not None and hasattr(spark, "_parse_ddl"):  # classic and Connect alike, PySpark 4.0+
+        return spark._parse_ddl(ddl)  # type: ignore[attr-defined]
     if SparkContext._active_spark_context is None:
         raise NoSparkError(ddl)
     from pyspark.sql.types import _parse_datatype_string

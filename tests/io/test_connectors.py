@@ -16,8 +16,11 @@ def test_the_connector_comes_from_the_one_table_of_supported_versions():
     # pyspark 4.3 has no connector of its own on Maven Central: 4.2.0, which the Kafka tests run on
     assert connectors.kafka_coordinates("4.3.0") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     assert connectors.groups()["spark-kafka"] == [connectors.kafka_coordinates()]
-    assert sorted(connectors.PYSPARK_VERSIONS) == ["4.1", "4.2", "4.3"]
-    assert sorted(connectors.MATRIX_PYSPARK) == ["4.1", "4.2"]
+    # Spark 3.5's jars are built for Scala 2.12: its connector is the _2.12 one
+    assert connectors.kafka_coordinates("3.5.9") == "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7"
+    assert connectors.kafka_coordinates("4.0.5") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
+    assert sorted(connectors.PYSPARK_VERSIONS) == ["3.5", "4.0", "4.1", "4.2", "4.3"]
+    assert sorted(connectors.MATRIX_PYSPARK) == ["3.5", "4.0", "4.1", "4.2"]
 
 
 def test_the_missing_connector_error_says_which_connector_goes_with_4_3():

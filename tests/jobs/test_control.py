@@ -89,3 +89,48 @@ def test_stop_waits_for_the_running_batch():
     q = FakeQuery([(RUNNING, Progress(4, 3, 4))] * 3 + [(DRAINED, Progress(4, 3, 4))])
     stop_after_current_batch(q)
     assert q.stopped and q.i == 3  # it looked until the trigger was over, then stopped
+
+
+class Batches:
+    """A query whose batches end one per look at its last progress, up to ``last``."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.batch, self.last = first, last
+        self.stopped = False
+        self.status = DRAINED
+
+    @property
+    def isActive(self) -> bool:
+        return not self.stopped
+
+    @property
+    def lastProgress(self):
+        self.batch = min(self.batch + 1, self.last)
+        return Progress(self.batch, self.batch, self.batch)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_stop_lets_the_owed_no_data_batch_run_first():
+    q = Batches(first=3, last=9)
+    stop_after_current_batch(q, owed=lambda: 6)
+    assert q.stopped and q.batch == 6  # batch 6 ended, then the query stopped (not later batches)
+    q = Batches(first=3, last=9)
+    stop_after_current_batch(q, owed=lambda: None)
+    assert q.stopped and q.batch == 3  # nothing owed: stopped at once
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    def interrupted():
+        raise KeyboardInterrupt
+
+    q = Batches(first=3, last=9)
+    stop_after_current_batch(q, owed=interrupted)
+    assert q.stopped and q.batch == 3
+
+
+def test_an_owed_batch_that_does_not_come_is_waited_for_within_wait_s():
+    q = Batches(first=3, last=3)  # Spark never starts batch 4
+    stop_after_current_batch(q, wait_s=0.2, owed=lambda: 4)
+    assert q.stopped

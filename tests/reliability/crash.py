@@ -141,8 +141,15 @@ class Checkpoint:
 
     def watermark_ms(self, n: int) -> int:
         """``batchWatermarkMs`` recorded for batch ``n``."""
+        return int(self._metadata(n)["batchWatermarkMs"])
+
+    def timestamp_ms(self, n: int) -> int:
+        """``batchTimestampMs`` (the batch's processing time) recorded for batch ``n``."""
+        return int(self._metadata(n)["batchTimestampMs"])
+
+    def _metadata(self, n: int) -> dict:
         lines = (self.path / "offsets" / str(n)).read_text().splitlines()
-        return int(json.loads(lines[1])["batchWatermarkMs"])
+        return json.loads(lines[1])
 
 
 NONE, WRITING, WRITTEN = "none", "writing", "written"

@@ -1,11 +1,6 @@
 """The version matrix: a core subset of the suite on each supported PySpark minor other than the
 main one (sparkstate.io.connectors.PYSPARK_VERSIONS), each in a virtualenv of its own under the
-cache dir (tests/versions/venvs.py), as a pytest subprocess. The subset, chosen by measured
-durations: an operator restarted on the same checkpoint (tws engine), event-time sessionize on
-shuffled input equal to the reference and restarted mid-stream (batched engine), the state tools
-reading a checkpoint,
-the batched engine's request windows against that release's own state client, and a Kafka round
-trip through that release's own Kafka connector (resolved with Maven, as `make kafka` does)."""
+cache dir (tests/versions/venvs.py), as a pytest subprocess. The subset: :data:`SUBSET`."""
 
 from __future__ import annotations
 
@@ -15,19 +10,50 @@ import sys
 
 import pytest
 
+from sparkstate.engines import DEFAULT_ENGINE, default_engine, runtime
 from sparkstate.io import connectors
 
 from . import venvs
 
-# Operators with a restart: sessionize (flat_map_groups_with_state) restarts mid-stream; the state read
-# test runs map_groups_with_state; the Kafka round trip uses that release's own connector.
+# Every operator on the minor's default engine ({engine}): map_groups_with_state (a scripted
+# scenario of event-time timeouts against the harness, a restart on the same checkpoint, a static
+# DataFrame), flat_map_groups_with_state (event-time sessionize on shuffled input, and late="emit"
+# with sessionize's and the user's watermark), update_state_by_key (a 1 ms processing-time timeout
+# every batch); what the minor lacks refused in one line; a Kafka round trip through that
+# release's own Kafka connector (resolved with Maven, as `make kafka` does).
 SUBSET = [
-    "tests/pipelines/test_sessionize_order.py::test_shuffled_streams_on_spark_equal_the_reference_and_restart_mid_stream[batched]",
-    "tests/state/test_state_tools.py::test_read_decodes_state_and_pending_timeouts",
-    "tests/engines/test_batched_wire.py",
+    "tests/pipelines/test_sessionize_order.py::test_another_shuffled_order_on_spark_equals_the_reference[{engine}]",
+    "tests/pipelines/test_sessionize_order.py::test_a_shuffled_order_with_late_emit_equals_the_reference_and_refuses_the_late",
+    "tests/engines/test_engines.py::test_harness_and_engines_agree_on_scripted_scenario[{engine}-expire]",
+    "tests/engines/test_engines.py::test_restart_on_same_checkpoint_continues_state_exactly[{engine}]",
+    "tests/engines/test_engines.py::test_static_dataframe_one_pass[{engine}]",
+    "tests/test_seeds.py::test_seed_001_first_last_activity_update_state_by_key",
+    "tests/versions/test_runtime.py",
     "tests/io/test_kafka.py::test_kafka_sink_round_trip_equals_the_parquet_sink",
     "tests/versions/test_matrix.py::test_this_release_is_the_one_the_matrix_asked_for",
 ]
+#: Besides, on the batched engine (4.0 and later): sessionize restarted mid-stream with the state
+#: tools reading the open sessions, initial state (map_groups_with_state with pending timeouts,
+#: map_with_state with a processing-time timeout), the state tools, and the batched engine's
+#: request windows against that release's own state client. The inband engine (3.5) takes no
+#: initial state and 3.5 has no state reader: refused in one line (tests/versions/test_runtime.py).
+WITH_TRANSFORM_WITH_STATE = [
+    "tests/pipelines/test_sessionize_order.py::test_shuffled_streams_on_spark_equal_the_reference_and_restart_mid_stream[{engine}]",
+    "tests/engines/test_engines.py::test_initial_state_with_pending_timeouts_for_map_groups_with_state[{engine}]",
+    "tests/test_seeds.py::test_seed_001_word_count_map_with_state_initial_state_and_timeout",
+    "tests/state/test_state_tools.py::test_read_decodes_state_and_pending_timeouts",
+]
+#: The releases whose state client the batched engine sends windows of requests to
+#: (sparkstate.engines.batched.wire: 4.1 and later; 4.0 gets the public one-by-one calls).
+WINDOWS = ["tests/engines/test_batched_wire.py"]
+
+
+def subset(minor: str) -> list[str]:
+    """The subset for ``minor``, on the engine a query there gets without engine=."""
+    engine = default_engine(runtime.minor_of(minor))
+    tests = SUBSET + (WITH_TRANSFORM_WITH_STATE if engine == DEFAULT_ENGINE else [])
+    tests += WINDOWS if runtime.minor_of(minor) >= (4, 1) else []
+    return [t.format(engine=engine) for t in tests]
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
@@ -35,6 +61,9 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
 
 
 @pytest.mark.slow
+# A venv (made once, under the cache dir), that release's Kafka connector, then the subset: longer
+# than pytest's default 600 s on a fresh, busy machine.
+@pytest.mark.timeout(2400)
 @pytest.mark.parametrize("minor", sorted(connectors.MATRIX_PYSPARK))
 def test_core_subset_on_each_supported_minor(minor):
     version = connectors.MATRIX_PYSPARK[minor]
@@ -48,7 +77,7 @@ def test_core_subset_on_each_supported_minor(minor):
     fetch = _run([str(py), "-m", "sparkstate.io.connectors", "fetch"], env, 600)
     assert fetch.returncode == 0, fetch.stdout + fetch.stderr
     res = _run([str(py), "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "--durations=0",
-                "-o", "addopts=", *SUBSET], env, 900)
+                "-o", "addopts=", *subset(minor)], env, 900)
     if res.returncode != 0:
         sys.stdout.write(res.stdout[-20000:] + res.stderr[-5000:])
     assert res.returncode == 0, f"the core subset failed on pyspark {version} (output above)"
@@ -64,7 +93,10 @@ def test_this_release_is_the_one_the_matrix_asked_for():
     want = os.environ.get("SPARKSTATE_MATRIX_EXPECT") or connectors.PYSPARK_VERSIONS[connectors.MAIN_MINOR][0]
     assert pyspark.__version__ == want
     minor = ".".join(want.split(".")[:2])
-    assert connectors.kafka_coordinates() == f"{connectors.SPARK_KAFKA}:{connectors.PYSPARK_VERSIONS[minor][1]}"
+    scala = connectors.SCALA_VERSIONS.get(minor, connectors.SCALA)
+    assert connectors.kafka_coordinates() == f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{connectors.PYSPARK_VERSIONS[minor][1]}"
+    if minor == "3.5":
+        assert connectors.kafka_coordinates() == "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7"
     if minor == "4.3":
         assert connectors.kafka_coordinates() == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     assert connectors.jars("spark-kafka")  # fetched for this release (`make kafka`, or the matrix)

@@ -20,6 +20,9 @@ from pathlib import Path
 from sparkstate.io.connectors import MATRIX_PYSPARK, cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+#: What pip cannot work out by itself for a minor: pyspark 3.5 pins numpy < 2, and pyarrow 26 and
+#: later need NumPy 2 at import (pyarrow declares no numpy dependency, so pip would pick 26).
+EXTRA_PINS = {"3.5": ("pyarrow<26",)}
 
 
 def _pyproject_hash() -> str:
@@ -55,7 +58,7 @@ def ensure(version: str) -> Path:
     if have.get("pyspark") == version and have.get("pyproject") == want["pyproject"]:
         _run([*pip, "--no-deps", "-e", str(ROOT)])  # another checkout: the project only
     else:
-        _run([*pip, "-e", f"{ROOT}[test]", f"pyspark[connect]=={version}"])
+        _run([*pip, "-e", f"{ROOT}[test]", f"pyspark[connect]=={version}", *EXTRA_PINS.get(version[:3], ())])
     stamp.write_text(json.dumps(want), encoding="utf-8")
     return py
 

@@ -21,6 +21,7 @@ from ..group_state import (
     timeout_refusal,
 )
 from ..state_batch import BOOKKEEPING, EXISTS, TIMED_OUT, TIMEOUT, StateBatch, StateUpdate
+from .runtime import arrow_type
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,26 +56,24 @@ class BatchRules:
 
     def __init__(self, operator: str, func: Callable, key_columns: tuple[str, ...], key_types: list["DataType"],
                  codec: "Codec", timeout: GroupStateTimeout, output_schema: "StructType | None") -> None:
-        from pyspark.sql.pandas.types import to_arrow_type
-
         from .row_values import arrow_column_converter
 
         self.operator = operator
         self.func = func
         self.key_columns = tuple(key_columns)
         self.single = len(self.key_columns) == 1
-        self.key_arrow = [to_arrow_type(t, timezone="UTC") for t in key_types]
+        self.key_arrow = [arrow_type(t) for t in key_types]
         self.key_convs = [arrow_column_converter(t) for t in key_types]
         self.fields = tuple(codec.fields)
         self.struct = codec.is_struct
         state_fields = codec.columns.fields
-        self.state_arrow = [to_arrow_type(f.dataType, timezone="UTC") for f in state_fields]
+        self.state_arrow = [arrow_type(f.dataType) for f in state_fields]
         self.state_convs = [arrow_column_converter(f.dataType) for f in state_fields]
         self.timeout = timeout
         self.output_schema = output_schema
         if output_schema is not None:
             self.output_names = list(output_schema.names)
-            self.output_arrow = [to_arrow_type(f.dataType, timezone="UTC") for f in output_schema.fields]
+            self.output_arrow = [arrow_type(f.dataType) for f in output_schema.fields]
         self.empty = (None,) * len(self.fields)
         self.mapper = _nullable_ints()
 

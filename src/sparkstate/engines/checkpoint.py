@@ -15,6 +15,7 @@ from .. import fs
 from ..errors import StateSchemaError
 from ..paths import absolute_path
 from .base import ENGINES, StoredLayout, get_engine
+from .runtime import STATE_READERS, require
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,6 +33,8 @@ def has_state(checkpoint: str | os.PathLike, spark: "SparkSession | None" = None
 
 def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict[str, Any]]:
     """The stateful operators of a checkpoint: id, name, partitions, batches, time mode, variables."""
+    require(STATE_READERS, "reading a checkpoint's state (ss.state, `sparkstate state`; Spark's state-metadata and"
+            " statestore readers)", "Read the checkpoint from an environment with PySpark 4.0 or later.")
     rows = spark.read.format("state-metadata").load(absolute_path(checkpoint)).collect()
     out = []
     for r in rows:
@@ -71,6 +74,12 @@ def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> Store
         raise StateSchemaError(f"checkpoint {checkpoint} has no committed state yet (no batch has completed)")
     ops = operators(spark, checkpoint)
     ours = [layout for op in ops for layout in [_layout_of(spark, str(checkpoint), op)] if layout is not None]
+    if not ops:
+        raise StateSchemaError(
+            f"checkpoint {checkpoint} has state but no operator metadata: Spark 3.5 wrote it. Run the query once on"
+            " it with the engine that wrote it (engine='inband', PySpark 3.5's default) and without checkpoint=;"
+            " Spark 4 then writes the metadata the state tools and the checkpoint= check read."
+        )
     if not ours:
         found = "; ".join(f"{o['operator']} with state {', '.join(o['state_variables']) or '(none listed)'}" for o in ops)
         raise StateSchemaError(

@@ -46,6 +46,7 @@ from ..errors import StateSchemaError
 from ..fs import FsUnavailable
 from ..types import is_dataclass_type
 from .checkpoint import has_state, stored_layout
+from .runtime import STATE_READERS, has, pyspark_minor
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,6 +167,11 @@ def inspect_checkpoint(
             return None, []
     except FsUnavailable as exc:  # Spark Connect on a store this process cannot reach: said, not skipped silently
         logging.getLogger("sparkstate").warning("the state in checkpoint %s was not checked: %s", checkpoint, exc)
+        return None, []
+    if not has(STATE_READERS):  # said, not skipped silently; the query itself still refuses a layout it cannot read
+        logging.getLogger("sparkstate").warning(
+            "the state in checkpoint %s was not checked: PySpark %s has no state reader (4.0 has)", checkpoint,
+            ".".join(map(str, pyspark_minor())))
         return None, []
     stored = stored_layout(spark, checkpoint)
     refusal = stored.restart_refusal()

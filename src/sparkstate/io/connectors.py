@@ -43,18 +43,24 @@ from ..errors import ConfigError
 from ..paths import cache_dir
 
 SCALA = "2.13"
-#: Spark's Kafka connector, without its version (:func:`kafka_coordinates` adds it).
+#: Spark's Kafka connector for Scala :data:`SCALA`, without its version (:func:`kafka_coordinates`
+#: adds the version, and the Scala suffix of the minor: :data:`SCALA_VERSIONS`).
 SPARK_KAFKA = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}"
 #: Supported pyspark minor -> (the patch release the tests run, the Kafka connector release to use).
 #: The connector is the newest release of that minor whose dependencies all resolve from Maven
-#: Central (4.1.2 and 4.1.3 lack their spark-token-provider-kafka; 4.3 has none at all: 4.2.0,
-#: measured to work with pyspark 4.3.0). The one table behind ``make kafka``, ``sparkstate run``,
-#: the missing-connector error, pyproject's pyspark bounds and the version matrix in the tests.
+#: Central (4.1.2 and 4.1.3 lack their spark-token-provider-kafka, 4.0.1-4.0.4 and 3.5.8-3.5.9
+#: too; 4.3 has none at all: 4.2.0, measured to work with pyspark 4.3.0). The one table behind
+#: ``make kafka``, ``sparkstate run``, the missing-connector error, pyproject's pyspark bounds and
+#: the version matrix in the tests.
 PYSPARK_VERSIONS: dict[str, tuple[str, str]] = {
+    "3.5": ("3.5.9", "3.5.7"),
+    "4.0": ("4.0.5", "4.0.0"),
     "4.1": ("4.1.4", "4.1.1"),
     "4.2": ("4.2.1", "4.2.0"),
     "4.3": ("4.3.0", "4.2.0"),
 }
+#: pyspark minor -> the Scala version its jars are built for (:data:`SCALA` where not listed).
+SCALA_VERSIONS = {"3.5": "2.12"}
 #: The minor the whole test suite runs on; the others run a core subset (tests/versions).
 MAIN_MINOR = "4.3"
 #: The other supported minors -> the pyspark release the version matrix installs.
@@ -109,8 +115,14 @@ def connector_version(spark_version: str | None = None) -> str:
 
 def kafka_coordinates(spark_version: str | None = None) -> str:
     """The Maven coordinates of Spark's Kafka connector for a pyspark version (default: the one installed),
-    for ``--packages`` / ``spark.jars.packages``; :func:`sparkstate.io.sources.kafka_package` asks for a session's."""
-    return f"{SPARK_KAFKA}:{connector_version(spark_version)}"
+    for ``--packages`` / ``spark.jars.packages``; :func:`sparkstate.io.sources.kafka_package` asks for a session's.
+
+    >>> kafka_coordinates("4.0.5"), kafka_coordinates("3.5.9")
+    ('org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0', 'org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.7')
+    """
+    v = spark_version or pyspark_version()
+    scala = SCALA_VERSIONS.get(".".join(v.split(".")[:2]), SCALA)
+    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{connector_version(v)}"
 
 
 def hadoop_version() -> str:

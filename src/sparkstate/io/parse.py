@@ -185,7 +185,16 @@ def dead_raw(raw: Column) -> tuple[Column, Column]:
     UTF-8 as it is; cast to binary it gives back those exact bytes, and ``make_valid_utf8``
     replaces each invalid sequence with U+FFFD, leaving valid text byte-identical.
     """
-    return F.make_valid_utf8(raw), raw.cast("binary")
+    return valid_utf8(raw), raw.cast("binary")
+
+
+def valid_utf8(text: Column) -> Column:
+    """``text`` with each invalid UTF-8 sequence replaced by U+FFFD, valid text byte-identical:
+    ``make_valid_utf8`` (Spark 4.0+); on Spark 3.5, its bytes decoded as UTF-8 (Java's decoder
+    replaces what is malformed the same way)."""
+    if hasattr(F, "make_valid_utf8"):
+        return F.make_valid_utf8(text)
+    return F.decode(text.cast("binary"), "UTF-8")
 
 
 def _split(checked: DataFrame, schema: StructType, max_record_bytes: int) -> Parsed:
@@ -274,7 +283,7 @@ def parse_json(
     for f, t in zip(struct.fields, texts):
         text = F.col(t)
         if f.name in need:
-            has = F.map_contains_key(as_map, F.lit(f.name))
+            has = F.map_contains_key(as_map, f.name)  # a literal: PySpark 3.5 takes no Column here
             field_reasons.append(F.when(~has, F.lit(f"missing field {f.name}")))
             field_reasons.append(F.when(has & text.isNull(), F.lit(f"field {f.name} is null")))
         field_reasons.append(_type_reason(f.name, f.dataType.simpleString(), text, typed.getField(f.name)))

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Literal, Union, get_args
 from .. import fs
 from ..durations import Duration, positive_ms
 from ..errors import ConfigError
+from ..owed_batch import queue_owed_batch
 from ..paths import local_path
 from ..spark import is_connect, start_query
 from .postgres import PostgresTarget, mask_url, parse_postgres_url
@@ -299,7 +300,8 @@ def start_sink(
     memory); ``trigger`` is a processing-time interval (``"1 second"``, a ``timedelta``, ms)
     or ``None`` for "as fast as possible"; ``output_mode`` is ``"append"`` or ``"update"``
     (in update mode a file sink writes one directory per batch, a postgres sink appends each
-    batch's rows as they are).
+    batch's rows as they are). On a checkpoint whose query stopped before the no-data batch Spark
+    owed it, that batch runs first (:func:`sparkstate.owed_batch.queue_owed_batch`).
 
     >>> import sparkstate as ss, tempfile
     >>> spark = ss.spark_session()
@@ -328,6 +330,7 @@ def start_sink(
         writer = writer.queryName(name)
     if checkpoint is not None:
         writer = writer.option("checkpointLocation", checkpoint)
+        queue_owed_batch(df.sparkSession, checkpoint)  # a restart fires the timeouts its last run left due
     log.info("starting sink %s (output mode %s, checkpoint %s)", describe(spec, mode), mode, checkpoint)
     what = f"query {name}" if name else "the sink's query"
     if native:

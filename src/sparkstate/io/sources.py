@@ -49,6 +49,7 @@ from .parse import (
     parse_csv,
     parse_json,
     to_struct,
+    valid_utf8,
 )
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ def _open_files(spark: "SparkSession", spec: SourceSpec, fmt: Format, struct: St
             df = spark.readStream.schema(struct).options(**opts).parquet(path)
             # A Parquet string may hold bytes that are not UTF-8 (another writer wrote them): made valid
             # text (each invalid sequence U+FFFD), so no output sink writes an unreadable file.
-            cols = [F.make_valid_utf8(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, StringType)
+            cols = [valid_utf8(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, StringType)
                     else F.col(f"`{f.name}`") for f in struct.fields]
             return df.select(*cols), None, None
         if fmt == "csv":

@@ -8,6 +8,7 @@
 'event'
 """
 
+from ..owed_batch import OwedBatch, owed_batch, queue_owed_batch
 from .config import PIPELINE_NAMES, JobConfig, check_here, load_config, read_config_file, read_env
 from .control import JobFailedError, is_caught_up, stop_after_current_batch, wait_until_caught_up
 from .pipelines import JOB_PIPELINES, JobPipeline, read_initial_state
@@ -19,10 +20,13 @@ __all__ = [
     "JobFailedError",
     "JobPipeline",
     "JobResult",
+    "OwedBatch",
     "PIPELINE_NAMES",
     "check_here",
     "is_caught_up",
     "load_config",
+    "owed_batch",
+    "queue_owed_batch",
     "read_config_file",
     "read_env",
     "read_initial_state",

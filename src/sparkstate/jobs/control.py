@@ -12,19 +12,23 @@ stay in the checkpoint's state, and a restart continues them.
 
 Stopping a query inside a batch interrupts its state-store commit (a stack trace in Spark's
 log; the batch is redone on restart): :func:`stop_after_current_batch` lets the running batch
-commit first.
+commit first, and then the no-data batch that batch made owed (the timeouts its watermark made
+due), which Spark starts at its next trigger.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import JobFailedError, explain
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("sparkstate.jobs")
 
 #: How Spark's status messages begin before a query's first trigger.
 STARTING_PREFIX = "Initializing"
@@ -66,7 +70,7 @@ def failure(query: "StreamingQuery", what: str = "query") -> JobFailedError | No
 def _no_data_batch(progress: Any) -> bool:
     """Whether a progress report is of a batch that found no new data in any source."""
     try:
-        report = json.loads(progress.json)
+        report = progress if isinstance(progress, dict) else json.loads(progress.json)  # PySpark 3.5: a dict
     except Exception:
         return False
     sources = report.get("sources") or []
@@ -97,7 +101,7 @@ def is_caught_up(query: "StreamingQuery") -> bool:
 
 def _last_batch(query: "StreamingQuery") -> int | None:
     last = query.lastProgress
-    return None if last is None else last.batchId
+    return None if last is None else last["batchId"]  # a dict on PySpark 3.5, dict-like on 4.x
 
 
 def wait_until_caught_up(
@@ -138,24 +142,56 @@ def wait_until_stopped(queries: Sequence[tuple[str, "StreamingQuery"]], poll_s: 
         time.sleep(poll_s)
 
 
-def stop_after_current_batch(query: "StreamingQuery", wait_s: float = 60.0) -> None:
-    """Let a running micro-batch commit, then stop the query.
+def _wait_for_running_batch(query: "StreamingQuery", deadline: float) -> None:
+    """Until the micro-batch running now (if any) has ended, the query stopped, or ``deadline``."""
+    if not (query.isActive and query.status.get("isTriggerActive")):
+        return
+    done = _last_batch(query)
+    done = -1 if done is None else done
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive"):
+            return
+        last = _last_batch(query)
+        if last is not None and last > done:
+            return
+        time.sleep(0.02)
+
+
+def _wait_for_batch(query: "StreamingQuery", batch_id: int, deadline: float) -> bool:
+    """Until batch ``batch_id`` has ended (its progress is reported); ``False`` when the query stopped or
+    ``deadline`` passed first."""
+    while query.isActive and time.monotonic() < deadline:
+        last = _last_batch(query)
+        if last is not None and last >= batch_id:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_after_current_batch(query: "StreamingQuery", wait_s: float = 60.0,
+                             owed: Callable[[], int | None] | None = None) -> None:
+    """Let a running micro-batch commit, then the no-data batch it made owed, then stop the query.
 
     Batches of a file stream may follow each other without a gap, so only the batch running
     when this is called is waited for (the next one may have begun when the query stops; the
-    checkpoint redoes it on restart).
+    checkpoint redoes it on restart). ``owed()``, when given, names the no-data batch Spark owes
+    after the last committed one, or ``None`` (see :func:`sparkstate.owed_batch.owed_batch`):
+    that batch fires the event-time timers the last batch's watermark made due, and Spark starts
+    it at its next trigger, so it is let run and commit too (that one only: while input arrives,
+    every batch owes the next). All of it within ``wait_s``; a
+    second Ctrl-C (``KeyboardInterrupt``) meanwhile stops the query at once. A batch not run
+    then is not lost: a restart runs it first (:func:`sparkstate.owed_batch.queue_owed_batch`).
     """
-    if query.isActive and query.status.get("isTriggerActive"):
-        done = _last_batch(query)
-        done = -1 if done is None else done
-        deadline = time.monotonic() + wait_s
-        while query.isActive and time.monotonic() < deadline:
-            if not query.status.get("isTriggerActive"):
-                break
-            last = _last_batch(query)
-            if last is not None and last > done:
-                break
-            time.sleep(0.02)
+    deadline = time.monotonic() + wait_s
+    try:
+        _wait_for_running_batch(query, deadline)
+        batch = owed() if owed is not None and query.isActive else None
+        if batch is not None:  # one: with input arriving, every batch owes the next
+            log.info("stopping after batch %d, the no-data batch that fires the timeouts the last watermark made"
+                     " due (Ctrl-C again to stop now; a restart runs it)", batch)
+            _wait_for_batch(query, batch, deadline)
+    except KeyboardInterrupt:
+        log.warning("stopping now; a restart on the checkpoint runs what was not committed")
     query.stop()
 
 

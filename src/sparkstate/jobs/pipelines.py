@@ -89,7 +89,7 @@ class JobPipeline:
     them. ``check(config)``: refuses (:class:`~sparkstate.errors.ConfigError`) a combination of
     settings the pipeline cannot run with, before Spark starts. ``marker``: the
     settings its checkpoint records, which a restart must keep
-    (:func:`~sparkstate.jobs.run.check_checkpoint`).
+    (:func:`~sparkstate.jobs.marker.check_checkpoint`).
     """
 
     name: str

@@ -9,8 +9,11 @@ What ``sparkstate run`` does::
     query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
               foreachBatch: output rows -> the sink, dead letters (malformed + refused) -> the dead-letter sink
     MetricsListener: one JSON line per batch -> config.metrics, on_batch -> display
+    before: a restarted job plans the no-data batch its last run left owed (owed_batch.py), so the
+            timeouts due by the restored watermark (or the clock) fire without waiting for new data
     then: config.once -> wait until caught up; else run until Ctrl-C or a failure
-    finally: the query stops after its running micro-batch has committed
+    finally: the query stops after its running micro-batch, and the no-data batch that one made owed,
+             have committed
 
 One query, because only the stateful operator knows the watermark of a micro-batch, so only
 it can tell a late event, and a query has one sink: :class:`~sparkstate.jobs.tee.JobTee`
@@ -18,12 +21,15 @@ writes each batch's two parts, each sink exactly once per batch id (see
 :mod:`sparkstate.jobs.tee`). Every record read is then in exactly one place: an output row's
 input, or a dead letter with its reason. Counts come from ``DataFrame.observe`` (records in,
 rows out, dead letters, late events), so they are exact whatever the sink.
+
+This module is the query's life: defining the job, starting the query (again, on its
+checkpoint, when Spark's Python process for it did not connect back), waiting, stopping, the
+result. The checkpoint's marker is :mod:`sparkstate.jobs.marker`; the DataFrame that merges
+output rows and dead letters is :mod:`sparkstate.jobs.combined`.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import logging
 import shutil
 import sys
@@ -35,31 +41,34 @@ from typing import TYPE_CHECKING, Any, Literal
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .. import fs
 from ..durations import to_ms
-from ..errors import ConfigError, JobFailedError, StateSchemaError
-from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_raw, to_struct
+from ..errors import JobFailedError, SparkStateError
+from ..io.parse import DEAD_LETTER_SCHEMA, to_struct
 from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
 from ..observe.listener import MetricsListener, OnBatch, add_listener, remove_listener
+from ..observe.metrics import INPUT_OBSERVATION, RunTotals, redact
+from ..owed_batch import owed_batch, queue_owed_batch
 from ..spark import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
-from ..observe.metrics import DEAD_LETTER_OBSERVATION, INPUT_OBSERVATION, OUTPUT_OBSERVATION, RunTotals, redact
 from . import connect_runs
+from .combined import combined_stream, pipeline_events
 from .config import JobConfig, deadletters_needed, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
-from .pipelines import JOB_PIPELINES, JobPipeline, Refusals
-from .tee import DEAD, OUT, JobTee
+from .marker import check_checkpoint, write_marker
+from .pipelines import JOB_PIPELINES, JobPipeline
+from .tee import JobTee
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("sparkstate.jobs")
 
-#: The file in a job's checkpoint that says which pipeline (and time mode) made it.
-JOB_MARKER = "_sparkstate_job.json"
-
 StoppedBy = Literal["caught_up", "interrupted", "stopped"]
+
+#: Seconds a stop waits for the running micro-batch, and the no-data batch it made owed, to commit
+#: (plus one trigger interval, after which Spark starts that batch); a restart runs what it cut.
+STOP_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -110,147 +119,7 @@ def _deadletter_sink(config: JobConfig, sink: SinkSpec) -> SinkSpec:
     raise deadletters_needed(sink)
 
 
-# --- the checkpoint: whose is it? ----------------------------------------------------------------
-
-def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> None:
-    """Refuse a checkpoint another job made, before anything is read or written.
-
-    A job's checkpoint holds :data:`JOB_MARKER` (its pipeline and the settings the pipeline
-    declares kept, :attr:`~sparkstate.jobs.pipelines.JobPipeline.marker`: sessionize's time
-    mode); another pipeline's checkpoint would hand this one state it cannot read, and source
-    offsets that may not be its own. A checkpoint with a query's progress but no marker was made
-    by something else (a query of your own, or a job of an earlier sparkstate): the pipeline's
-    state check (``checkpoint=``) still refuses state that does not fit. On any filesystem Spark
-    reaches (:mod:`sparkstate.fs`).
-    """
-    if not config.checkpoint:
-        return
-    path = fs.join(config.checkpoint, JOB_MARKER)
-    try:
-        if not fs.exists(path, spark):
-            return
-        stored = json.loads(fs.read_text(path, spark))
-    except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach: Spark's own checks remain
-        log.warning("run: the job marker of %s was not checked: %s", config.checkpoint, exc)
-        return
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
-    pipeline = JOB_PIPELINES[config.pipeline]
-    want = pipeline.marker_of(config)
-    if stored.get("pipeline") != want["pipeline"]:
-        raise StateSchemaError(
-            f"run: the checkpoint {config.checkpoint} belongs to a {stored.get('pipeline')} job, and this job runs"
-            f" {config.pipeline}: its state and source offsets are not this pipeline's. Nothing was written. Use a"
-            f" new --checkpoint for {config.pipeline} (or run {stored.get('pipeline')} on this one)."
-        )
-    for kept in pipeline.marker:
-        have = stored.get(kept.setting, want[kept.setting])
-        if have != want[kept.setting]:
-            why = kept.why.format(stored=have, want=want[kept.setting], pipeline=config.pipeline)
-            raise StateSchemaError(f"run: the checkpoint {config.checkpoint} {why}. Nothing was written. Use"
-                                   f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
-
-
-def _write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
-    if not config.checkpoint:
-        return
-    path = fs.join(config.checkpoint, JOB_MARKER)
-    try:
-        if fs.exists(path, spark):
-            return
-        fs.write_text(path, json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", spark)
-    except fs.FsUnavailable as exc:
-        log.warning("run: the job marker of %s was not written: %s", config.checkpoint, exc)
-    except OSError as exc:
-        full = " (its disk is full: free space and run the job again)" if exc.errno == errno.ENOSPC else ""
-        raise JobFailedError(f"run: cannot write {path}: {exc.strerror or exc}{full}") from None
-
-
 # --- the one query -------------------------------------------------------------------------------
-
-def _events(source: Any, pipeline: JobPipeline) -> "DataFrame":
-    """The good records for the pipeline; a rejecting one also gets each record's raw text and origin."""
-    if pipeline.rejects and source.checked is not None:
-        cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()]
-        return source.checked.where(F.col(REASON).isNull()).select(*cols, F.col(RAW), F.col(SOURCE))
-    return source.events
-
-
-def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str) -> "Column":
-    """A refused output row (non-null ``refusals.column``) as a dead letter (raw, raw_bytes, reason, source,
-    received_at).
-
-    ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
-    (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
-    """
-    col = refusals.column
-    names = output.schema[col].dataType.fieldNames()  # type: ignore[attr-defined]
-    raw = F.to_json(F.struct(F.col(key), *[F.col(f"{col}.`{n}`") for n in refusals.event]))
-    if RAW in names:
-        raw = F.coalesce(F.col(f"{col}.`{RAW}`"), raw)
-    where = F.col(f"{col}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
-    text, data = dead_raw(raw)
-    return F.struct(
-        text.alias("raw"),
-        data.alias("raw_bytes"),
-        F.col(f"{col}.`{refusals.reason}`").alias("reason"),
-        F.coalesce(where, F.lit(origin)).alias("source"),
-        F.current_timestamp().alias(RECEIVED_AT),
-    )
-
-
-def _refusals(output: "DataFrame", pipeline: JobPipeline) -> Refusals | None:
-    """The pipeline's :class:`Refusals` when its output has that struct column, else ``None``."""
-    r = pipeline.refusals
-    if r is None or r.column not in output.columns or not isinstance(output.schema[r.column].dataType, StructType):
-        return None
-    return r
-
-
-def _output_counts(refusals: Refusals | None, is_out: "Column", pipeline: JobPipeline) -> list["Column"]:
-    """What the job observes on the output: rows, the pipeline's own counts, refused and late records."""
-    counts = [F.count(F.when(is_out, 1)).alias("rows")] + (pipeline.observe() if pipeline.observe else [])
-    if refusals is not None:
-        counts.append(F.count(F.col(refusals.column)).alias("rejected"))
-        if refusals.late:
-            reason = F.col(f"{refusals.column}.`{refusals.reason}`")
-            counts.append(F.count(F.when(reason.startswith(refusals.late), 1)).alias("late"))
-    return counts
-
-
-def _tee_input(output: "DataFrame", dead_letters: "DataFrame | None", pipeline: JobPipeline,
-               origin: str) -> tuple["DataFrame", StructType, bool]:
-    """The job's one streaming DataFrame (:data:`OUT` | :data:`DEAD` per row), the output's schema,
-    and whether the pipeline may refuse records."""
-    refusals = _refusals(output, pipeline)
-    out_cols = [c for c in output.columns if refusals is None or c != refusals.column]
-    is_out = F.col(refusals.column).isNull() if refusals is not None else F.lit(True)
-    output = output.observe(OUTPUT_OBSERVATION, *_output_counts(refusals, is_out, pipeline))
-    out_schema = StructType([output.schema[c] for c in out_cols])
-    dead_col = (F.when(~is_out, _refused_as_dead(output, refusals, out_cols[0], origin)) if refusals is not None
-                else F.lit(None).cast(to_struct(DEAD_LETTER_SCHEMA)))
-    combined = output.select(F.when(is_out, F.struct(*[F.col(f"`{c}`") for c in out_cols])).alias(OUT),
-                             dead_col.alias(DEAD))
-    if dead_letters is not None:
-        dead = _observed_dead_letters(dead_letters)
-        combined = combined.unionByName(dead.select(F.lit(None).cast(out_schema).alias(OUT),
-                                                    F.struct(*[F.col(c) for c in dead.columns]).alias(DEAD)))
-    return combined, out_schema, refusals is not None
-
-
-def _observed_dead_letters(dead_letters: "DataFrame") -> "DataFrame":
-    """The source's dead letters, counted (:data:`DEAD_LETTER_OBSERVATION`).
-
-    ``received_at`` is the micro-batch's time, a literal Spark writes into the generated code. Put
-    in after the observation (a boundary between generated stages), it leaves the code of the
-    parse stage the same in every batch: compiled once, not in every batch (see
-    docs/bench/2026-11-26-driver-per-batch.md).
-    """
-    counted = dead_letters.drop(RECEIVED_AT).observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
-    if RECEIVED_AT not in dead_letters.columns:
-        return counted
-    return counted.withColumn(RECEIVED_AT, F.current_timestamp()).select(*dead_letters.columns)
-
 
 @dataclass(frozen=True)
 class _Job:
@@ -275,9 +144,9 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     check_checkpoint(config, spark)
     source = open_source(spark, config.source_spec, schema=pipeline.schema, fmt=config.format,
                          options=source_options(config))
-    events = _events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+    events = pipeline_events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
-    combined, out_schema, refuses = _tee_input(output, source.dead_letters, pipeline, str(source.spec))
+    combined, out_schema, refuses = combined_stream(output, source.dead_letters, pipeline, str(source.spec))
     dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
     checkpoint = config.checkpoint  # a sink that needs one has one: JobConfig
     connect = is_connect(spark)
@@ -310,14 +179,18 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
 
     With ``config.once`` it returns once the input available at the start (and the timers it
     makes due) is processed; otherwise it runs until Ctrl-C (``KeyboardInterrupt``, which it
-    handles: the running micro-batch commits, then the query stops) or until the query fails
+    handles: the running micro-batch commits, then the no-data batch firing the timeouts its
+    watermark made due, then the query stops; Ctrl-C again stops it at once) or until the query fails
     (:class:`~sparkstate.jobs.control.JobFailedError`, whose message is one line: for a state
     function that raised, its exception and the key). Bad settings, and a checkpoint made by
     another pipeline or holding state that does not fit, raise a
     :class:`~sparkstate.errors.SparkStateError` before anything is written. ``on_batch(metrics,
     totals)`` is called on Spark's listener thread after every batch. Relative local paths were
     made absolute from this process's directory when ``config`` was made (:class:`JobConfig`).
-    Nothing is printed.
+    On a checkpoint whose last run stopped before the no-data batch Spark owed it (Ctrl-C, a
+    crash, an earlier ``once`` run), that batch runs first
+    (:func:`~sparkstate.owed_batch.queue_owed_batch`): the timeouts due by the restored watermark,
+    or by the clock, fire without new input. Nothing is printed.
 
     >>> import sparkstate as ss, tempfile, os
     >>> d = tempfile.mkdtemp()
@@ -343,10 +216,12 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
          started: float) -> JobResult:
     # Every check passed: from here on things are written.
     tee = _tee(spark, job)
-    _write_marker(config, spark)
+    write_marker(config, spark)
+    if not job.own_checkpoint:
+        _queue_owed_batch(spark, job.checkpoint, what)
     listener = MetricsListener(config.metrics, on_batch)
     add_listener(spark, listener)
-    query = None
+    query: Any = None  # a StreamingQuery (start_query returns it as an object)
     try:
         writer = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
                   .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
@@ -368,7 +243,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     finally:
         try:
             if query is not None:
-                _stop(query, listener)
+                _stop(spark, query, listener, None if job.own_checkpoint else job.checkpoint, job.trigger_ms)
         finally:
             remove_listener(spark, listener)
             listener.close()
@@ -397,11 +272,29 @@ def _worker_not_back(query: Any) -> bool:
     return exc is not None and WORKER_NOT_BACK in str(exc)
 
 
-def _stop(query: Any, listener: MetricsListener) -> None:
-    """Stop after the running micro-batch; let the listener record the last batch before totals are read."""
-    stop_after_current_batch(query)
+def _queue_owed_batch(spark: "SparkSession", checkpoint: str, what: str) -> None:
+    """Plan the no-data batch a stop left owed, so that the timeouts it fires do not wait for new input."""
+    owed = queue_owed_batch(spark, checkpoint)
+    if owed is not None:
+        log.info("%s: batch %d runs first, with no new data: the no-data batch owed since the last run (%s)", what,
+                 owed.batch_id, "its watermark had moved" if owed.because == "watermark" else "processing-time timers")
+
+
+def _stop(spark: "SparkSession", query: Any, listener: MetricsListener, checkpoint: str | None,
+          trigger_ms: int) -> None:
+    """Stop after the running micro-batch and the no-data batch it made owed (it starts within a trigger
+    interval); let the listener record the last batch before totals are read."""
+
+    def owed() -> int | None:
+        try:
+            due = owed_batch(checkpoint, spark, processing_time=False) if checkpoint else None
+        except (OSError, SparkStateError):  # the logs cannot be read from here: a restart runs it
+            return None
+        return None if due is None else due.batch_id
+
+    stop_after_current_batch(query, wait_s=STOP_WAIT_S + trigger_ms / 1000, owed=owed)
     last = query.lastProgress
-    listener.wait_for(query, None if last is None else last.batchId, timeout_s=5.0)
+    listener.wait_for(query, None if last is None else last["batchId"], timeout_s=5.0)  # a dict on PySpark 3.5
 
 
 def _result(config: JobConfig, job: _Job, t: RunTotals, query_id: str, stopped_by: StoppedBy,
@@ -438,4 +331,4 @@ def _keys_in_state(spark: "SparkSession", checkpoint: str) -> int | None:
         return None
 
 
-__all__ = ["JOB_MARKER", "JobResult", "check_checkpoint", "run_pipeline"]
+__all__ = ["JobResult", "run_pipeline"]

@@ -8,7 +8,7 @@ sessions do not depend on arrival order or micro-batch boundaries (within the wa
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -44,6 +44,8 @@ REJECTED = "rejected"
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
 _WATERMARK = NULL_WATERMARK_COLUMN
+#: The metadata of the operator input's columns in late="emit" mode (none carries the watermark).
+_NO_WATERMARK = {"sparkstate.watermark": "dropped"}
 #: Metadata of sessionize's ``event_time_column``: how far (ms) it lies after ``session_end``.
 END_OFFSET_KEY = "sparkstate.sessionEndOffsetMs"
 
@@ -201,7 +203,7 @@ def _check_settings(time_mode: Any, gap: Duration, watermark: Duration) -> tuple
         raise ConfigError(str(exc)) from None
     if watermark_ms < 0:
         raise ConfigError(f"sessionize: watermark must be zero or positive, got {watermark!r}")
-    return mode, gap_ms, watermark_ms
+    return cast(TimeMode, mode), gap_ms, watermark_ms
 
 
 def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
@@ -266,6 +268,7 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
     ts = F.col(timestamp) if timestamp is not None else None
     reject = F.lit(None).cast("string")
     if skew_ms is not None:
+        assert ts is not None, "max_future_skew is event time's, which has a timestamp column (checked before)"
         fmt = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
         now = F.current_timestamp()  # in a stream: the micro-batch's time, the same again on a replay
         reject = F.when(ts > now + F.expr(f"INTERVAL {skew_ms} MILLISECONDS"), F.concat(
@@ -275,6 +278,7 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
         reject = F.col(_REJECT)
     delay_ms = watermark_ms
     if mode == "event":
+        assert timestamp is not None and ts is not None, "event time has a timestamp column (checked before)"
         if df.isStreaming and not has_watermark(df):
             if skew_ms is not None:  # the watermark follows only the rows that may join sessions
                 df = df.withColumn(_WATERMARK_TIME, F.when(reject.isNull(), ts))
@@ -298,10 +302,12 @@ def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: st
         # column of the operator's input carries the watermark (its metadata). So no column
         # carries it, except one that is always null (never "older" than anything): the operator
         # still runs in event time on the watermark the plan computes, and the function sees every row.
+        # The columns' metadata is replaced by a marker, not emptied: Spark 4.0's optimizer drops
+        # an alias whose metadata is empty as redundant, and the timestamp's watermark with it.
         names = [key, timestamp or "_sparkstate_ts", data, last_flag or "_sparkstate_last"]
-        cols = [c.alias(n, metadata={}) for c, n in zip(cols, names)]
-        cols.append(reject.alias(_REJECT, metadata={}))  # SessionRow.reason, then its carry
-        cols += [F.col(c).alias(c, metadata={}) for c in carry]
+        cols = [c.alias(n, metadata=_NO_WATERMARK) for c, n in zip(cols, names)]
+        cols.append(reject.alias(_REJECT, metadata=_NO_WATERMARK))  # SessionRow.reason, then its carry
+        cols += [F.col(c).alias(c, metadata=_NO_WATERMARK) for c in carry]
         if mode == "event" and df.isStreaming:
             cols.append(F.lit(None).cast("timestamp").alias(_WATERMARK, metadata={WATERMARK_DELAY_KEY: delay_ms}))
     return df.select(*cols)

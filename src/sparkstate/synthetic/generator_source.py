@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -166,6 +167,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
+#: The sessions the source is registered with (weakly: a stopped, dropped session leaves it).
+_REGISTERED: "weakref.WeakSet[SparkSession]" = weakref.WeakSet()
+
+
 def register(spark: "SparkSession") -> str:
     """Register the generator source with ``spark`` (once per session) and return its name.
 
@@ -173,13 +178,9 @@ def register(spark: "SparkSession") -> str:
     >>> register(ss.spark_session())
     'sparkstate_generator'
     """
-    registered = getattr(spark, "_sparkstate_generator_registered", False)
-    if not registered:
+    if spark not in _REGISTERED:
         spark.dataSource.register(GeneratorDataSource)
-        try:
-            spark._sparkstate_generator_registered = True  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
+        _REGISTERED.add(spark)
     return NAME
 
 

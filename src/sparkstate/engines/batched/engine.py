@@ -18,6 +18,7 @@ from ..call_context import operator_options
 from ..rules import initial_timeout
 from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, drops_late_rows,
                     initial_key_column)
+from ..runtime import TRANSFORM_WITH_STATE_IN_PANDAS, require
 from . import layout
 from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
 from .packing import BLOB_COLUMN, PACKED_SCHEMA, packer
@@ -185,6 +186,8 @@ class BatchedEngine(Engine):
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
         from pyspark.sql import functions as F
 
+        require(TRANSFORM_WITH_STATE_IN_PANDAS, f"{plan.operator}: engine='batched' (Spark's transformWithStateInPandas)",
+                "Use engine='inband' (or leave engine= out).")
         if self.buckets is None:  # no checkpoint= to read it from: as for a new checkpoint
             return self._with(default_buckets(df.sparkSession)).apply(df, plan, initial_state)
         if plan.state_ttl_ms is not None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..base import BucketCall
 from ..row_values import arrow_column_converter
+from ..runtime import arrow_type
 from .grouping import gc_paused
 from .processor import BucketProcessor
 
@@ -106,12 +107,9 @@ class LogicProcessor(BucketProcessor):
         return out
 
     def _empty_rows(self) -> Any:
-        from pyspark.sql.pandas.types import to_arrow_type
-
         import pyarrow as pa
 
-        return pa.schema([pa.field(f.name, to_arrow_type(f.dataType, timezone="UTC"))
-                          for f in self.input.fields]).empty_table()
+        return pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in self.input.fields]).empty_table()
 
     # -- the transformWithState callbacks ---------------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:

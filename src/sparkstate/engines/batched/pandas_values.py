@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 )
 
 from ..row_values import nested_converter
+from ..runtime import arrow_type
 
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 try:
@@ -123,7 +124,6 @@ def arrow_column(series: Any, dt: DataType, tz: _dt.tzinfo, convert: Callable[[A
     as UTC instants). ``convert``: its :func:`pandas_column_converter`, for the columns without a
     vectorized way back."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
 
     kind = series.dtype.kind
     if isinstance(dt, TimestampType) and kind == "M" and tz is _dt.timezone.utc and series.dt.tz is None:
@@ -132,4 +132,4 @@ def arrow_column(series: Any, dt: DataType, tz: _dt.tzinfo, convert: Callable[[A
         return pa.array(series.to_numpy())
     if isinstance(dt, StringType) and kind == "O":
         return pa.Array.from_pandas(series, type=pa.string())
-    return pa.array(convert(series), type=to_arrow_type(dt, timezone="UTC"))
+    return pa.array(convert(series), type=arrow_type(dt))

@@ -12,7 +12,6 @@ import bisect
 import pickle
 from typing import Any, Iterator
 
-from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.types import StructType
 
 from ...errors import StateTypeError
@@ -21,6 +20,7 @@ from ..base import StatePlan
 from ..call_context import Calls, time_mode
 from ..rules import DELETE, KEEP, call_error, due_keys, initial_timeout, settle
 from ..row_values import output_frame_maker
+from ..runtime import StatefulProcessor
 from .bucket_store import BucketStore
 from .grouping import Grouper, gc_paused
 
@@ -45,11 +45,17 @@ class BucketProcessor(StatefulProcessor, Calls):
     def init(self, handle: Any) -> None:
         plan = self.plan
         self.handle = handle
+        self.prepare()
+        self.store = BucketStore(handle, plan.operator, self.buckets, self.leaf_rows, tuple(plan.state_codec.fields),
+                                 self.key_schema, plan.state_codec.columns.json(), self.mode != "None")
+
+    def prepare(self) -> None:
+        """What a task needs besides the state handle: the input's grouping, the coders of state
+        and outputs (the inband engine runs the same per-key loop on state Spark ships in-band)."""
+        plan = self.plan
         self.start_task(plan)
         self.input = Grouper(plan, self.value_schema, self.packed, self.tz)
-        key_schema = StructType([self.value_schema[k] for k in plan.key_columns]).json()
-        self.store = BucketStore(handle, plan.operator, self.buckets, self.leaf_rows, tuple(plan.state_codec.fields),
-                                 key_schema, plan.state_codec.columns.json(), self.mode != "None")
+        self.key_schema = StructType([self.value_schema[k] for k in plan.key_columns]).json()
         self.encode_output_columns = columns_encoder(plan.output_schema, "output")
         self.output_frame = output_frame_maker(plan.output_schema)
         self.encode_state_cols, self.decode_state_cols = plan.state_codec.columns_coders()

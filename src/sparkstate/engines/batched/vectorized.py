@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..batch_rules import NO_ENTRY, BatchRules
+from ..runtime import arrow_type
 from .engine import BatchedEngine
 from .grouping import gc_paused, key_cuts
 from .processor import BucketProcessor
@@ -25,14 +26,12 @@ class VectorProcessor(BucketProcessor):
 
     def init(self, handle: Any) -> None:
         super().init(handle)
-        from pyspark.sql.pandas.types import to_arrow_type
-
         plan = self.plan
         fields = self.value_schema.fields
         self.rules = BatchRules(plan.operator, plan.func, plan.key_columns,
                                 [self.value_schema[k].dataType for k in plan.key_columns],
                                 plan.state_codec, plan.timeout, plan.output_schema)
-        self.arrow_types = [to_arrow_type(f.dataType, timezone="UTC") for f in fields[: self.input.n_values]]
+        self.arrow_types = [arrow_type(f.dataType) for f in fields[: self.input.n_values]]
 
     def _runs(self, table: Any) -> tuple[Any, list, list, Any, Any]:
         """The table with each key's rows together (arrival order kept), its keys in run order,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..call_context import operator_options
 from ..base import Engine, StatePlan, StoredLayout, initial_key_column
+from ..runtime import TRANSFORM_WITH_STATE_ROWS, require
 from . import layout
 from .processor import KeyProcessor
 
@@ -20,6 +21,8 @@ class TransformWithStateEngine(Engine):
     name = layout.ENGINE
 
     def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
+        require(TRANSFORM_WITH_STATE_ROWS, f"{plan.operator}: engine='tws' (Spark's transformWithState with Rows)",
+                "Use engine='batched' (or leave engine= out).")
         grouped = df.groupBy(*plan.key_columns)
         init = None
         if initial_state is not None:

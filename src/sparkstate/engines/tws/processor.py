@@ -14,14 +14,13 @@ from __future__ import annotations
 import pickle
 from typing import Any, Iterator
 
-from pyspark.sql.streaming import StatefulProcessor
-
 from .type_tags import tag_fields, type_tag
 from ..call_context import Calls, time_mode
 from ..rules import Outcome, initial_timeout, is_due, run_call, timer_for
 from ..state_fields import relay
 from ..base import PICKLE_PROTOCOL, StatePlan
 from ..row_values import row_fixer
+from ..runtime import StatefulProcessor
 from .layout import LEGACY_GUARD_SCHEMA, LEGACY_STATE_VARIABLE, STATE_ROW_SCHEMA, STATE_VARIABLE
 
 

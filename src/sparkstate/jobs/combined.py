@@ -1,0 +1,110 @@
+"""The job's one streaming DataFrame: the pipeline's output rows and the dead letters, merged.
+
+Each row is either an output row (column :data:`~sparkstate.jobs.tee.OUT`) or a dead letter
+(:data:`~sparkstate.jobs.tee.DEAD`): records the source could not parse, and records the
+pipeline refused (late events, ...), in the dead-letter schema. The counts a job reports are
+observed here (``DataFrame.observe``): records in, rows out, dead letters, late events.
+:class:`~sparkstate.jobs.tee.JobTee` writes each micro-batch's two parts to their sinks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_raw, to_struct
+from ..observe.metrics import DEAD_LETTER_OBSERVATION, OUTPUT_OBSERVATION
+from .pipelines import JobPipeline, Refusals
+from .tee import DEAD, OUT
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+def pipeline_events(source: Any, pipeline: JobPipeline) -> "DataFrame":
+    """The good records for the pipeline; a rejecting one also gets each record's raw text and origin."""
+    if pipeline.rejects and source.checked is not None:
+        cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()]
+        return source.checked.where(F.col(REASON).isNull()).select(*cols, F.col(RAW), F.col(SOURCE))
+    return source.events
+
+
+def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str) -> "Column":
+    """A refused output row (non-null ``refusals.column``) as a dead letter (raw, raw_bytes, reason, source,
+    received_at).
+
+    ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
+    (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
+    """
+    col = refusals.column
+    names = output.schema[col].dataType.fieldNames()  # type: ignore[attr-defined]
+    raw = F.to_json(F.struct(F.col(key), *[F.col(f"{col}.`{n}`") for n in refusals.event]))
+    if RAW in names:
+        raw = F.coalesce(F.col(f"{col}.`{RAW}`"), raw)
+    where = F.col(f"{col}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
+    text, data = dead_raw(raw)
+    return F.struct(
+        text.alias("raw"),
+        data.alias("raw_bytes"),
+        F.col(f"{col}.`{refusals.reason}`").alias("reason"),
+        F.coalesce(where, F.lit(origin)).alias("source"),
+        F.current_timestamp().alias(RECEIVED_AT),
+    )
+
+
+def _refusals(output: "DataFrame", pipeline: JobPipeline) -> Refusals | None:
+    """The pipeline's :class:`Refusals` when its output has that struct column, else ``None``."""
+    r = pipeline.refusals
+    if r is None or r.column not in output.columns or not isinstance(output.schema[r.column].dataType, StructType):
+        return None
+    return r
+
+
+def _output_counts(refusals: Refusals | None, is_out: "Column", pipeline: JobPipeline) -> list["Column"]:
+    """What the job observes on the output: rows, the pipeline's own counts, refused and late records."""
+    counts = [F.count(F.when(is_out, 1)).alias("rows")] + (pipeline.observe() if pipeline.observe else [])
+    if refusals is not None:
+        counts.append(F.count(F.col(refusals.column)).alias("rejected"))
+        if refusals.late:
+            reason = F.col(f"{refusals.column}.`{refusals.reason}`")
+            counts.append(F.count(F.when(reason.startswith(refusals.late), 1)).alias("late"))
+    return counts
+
+
+def combined_stream(output: "DataFrame", dead_letters: "DataFrame | None", pipeline: JobPipeline,
+               origin: str) -> tuple["DataFrame", StructType, bool]:
+    """The job's one streaming DataFrame (:data:`OUT` | :data:`DEAD` per row), the output's schema,
+    and whether the pipeline may refuse records."""
+    refusals = _refusals(output, pipeline)
+    out_cols = [c for c in output.columns if refusals is None or c != refusals.column]
+    is_out = F.col(refusals.column).isNull() if refusals is not None else F.lit(True)
+    output = output.observe(OUTPUT_OBSERVATION, *_output_counts(refusals, is_out, pipeline))
+    out_schema = StructType([output.schema[c] for c in out_cols])
+    dead_col = (F.when(~is_out, _refused_as_dead(output, refusals, out_cols[0], origin)) if refusals is not None
+                else F.lit(None).cast(to_struct(DEAD_LETTER_SCHEMA)))
+    combined = output.select(F.when(is_out, F.struct(*[F.col(f"`{c}`") for c in out_cols])).alias(OUT),
+                             dead_col.alias(DEAD))
+    if dead_letters is not None:
+        dead = _observed_dead_letters(dead_letters)
+        combined = combined.unionByName(dead.select(F.lit(None).cast(out_schema).alias(OUT),
+                                                    F.struct(*[F.col(c) for c in dead.columns]).alias(DEAD)))
+    return combined, out_schema, refusals is not None
+
+
+def _observed_dead_letters(dead_letters: "DataFrame") -> "DataFrame":
+    """The source's dead letters, counted (:data:`DEAD_LETTER_OBSERVATION`).
+
+    ``received_at`` is the micro-batch's time, a literal Spark writes into the generated code. Put
+    in after the observation (a boundary between generated stages), it leaves the code of the
+    parse stage the same in every batch: compiled once, not in every batch (see
+    docs/bench/2026-11-26-driver-per-batch.md).
+    """
+    counted = dead_letters.drop(RECEIVED_AT).observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+    if RECEIVED_AT not in dead_letters.columns:
+        return counted
+    return counted.withColumn(RECEIVED_AT, F.current_timestamp()).select(*dead_letters.columns)
+
+
+__all__ = ["combined_stream", "pipeline_events"]
