@@ -178,7 +178,10 @@ class FileSinkLog:
                 d.delete(d.child(name))
         self._swept = True
 
-    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
+    def __call__(self, batch_df: "DataFrame", batch_id: int, rows: int | None = None) -> None:
+        """Write batch ``batch_id``. ``rows``: its row count when the caller knows it (a job's
+        :class:`~sparkstate.jobs.tee.JobTee`): no Spark job is then run to ask whether it is empty,
+        and an empty batch gets its empty log entry without running anything."""
         what = f"{self.fmt}:{self.path}"
         if batch_id <= self._latest():
             log.info("%s: batch %d was already written; skipped (replay)", what, batch_id)
@@ -191,11 +194,14 @@ class FileSinkLog:
         for name in d.names(f"{_PART}{batch_id:010d}-*"):
             d.delete(d.child(name))
         statuses = []
-        batch_df.persist()
-        try:
-            staged = None if batch_df.isEmpty() else d.write_staged(batch_df, self.fmt, batch_id)
-        finally:
-            batch_df.unpersist()
+        if rows is None:
+            batch_df.persist()
+            try:
+                staged = None if batch_df.isEmpty() else d.write_staged(batch_df, self.fmt, batch_id)
+            finally:
+                batch_df.unpersist()
+        else:
+            staged = d.write_staged(batch_df, self.fmt, batch_id) if rows > 0 else None
         if staged is not None:
             for n, src in enumerate(d.data_files(staged)):
                 dst = d.child(part_name(batch_id, n, _suffix(src.getName())))
@@ -233,17 +239,23 @@ class FileBatchWriter:
     def __init__(self, fmt: Literal["parquet", "json"], path: str) -> None:
         self.fmt = fmt
         self.path = path.rstrip("/") or "/"
+        self._dir: _Dir | None = None  # made at the first batch on a classic session, kept
 
     def __repr__(self) -> str:
         return f"FileBatchWriter({self.fmt!r}, {self.path!r})"
 
-    def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
+    def __call__(self, batch_df: "DataFrame", batch_id: int, rows: int | None = None) -> None:
+        """Write batch ``batch_id``. ``rows``: its row count when the caller knows it (a job's
+        :class:`~sparkstate.jobs.tee.JobTee`): no Spark job is then run to ask whether it is empty,
+        and an empty batch writes nothing without running anything."""
         spark = batch_df.sparkSession
         if is_connect(spark):
             self._write_through_spark(batch_df, batch_id)
             return
         what = f"{self.fmt}:{self.path}"
-        d = _Dir(spark, self.path)
+        if self._dir is None:
+            self._dir = _Dir(spark, self.path)
+        d = self._dir
         target = d.child(f"batch_id={batch_id}")
         done = d.Path(target, "_SUCCESS")
         if d.fs.exists(done):
@@ -253,13 +265,18 @@ class FileBatchWriter:
         d.delete(target)  # moved in part by an attempt that died
         for name in d.names(f"{STAGING_DIR}/batch_id={batch_id}-*"):  # left by an attempt that died
             d.delete(d.Path(d.staging, name))
-        batch_df.persist()
-        try:
-            if batch_df.isEmpty():
+        if rows is not None:
+            if rows == 0:
                 return
             staged = d.write_staged(batch_df, self.fmt, batch_id)
-        finally:
-            batch_df.unpersist()
+        else:
+            batch_df.persist()
+            try:
+                if batch_df.isEmpty():
+                    return
+                staged = d.write_staged(batch_df, self.fmt, batch_id)
+            finally:
+                batch_df.unpersist()
         d.delete(d.Path(staged, "_SUCCESS"))
         for status in d.fs.listStatus(staged):
             if status.isFile() and status.getLen() == 0:  # see _Dir.data_files

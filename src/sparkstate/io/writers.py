@@ -117,6 +117,21 @@ class ConsoleTable:
         sys.stdout.flush()
 
 
+def write_counted(writer: BatchWriter, batch_df: "DataFrame", batch_id: int, rows: int) -> None:
+    """Write ``batch_df``, which has ``rows`` rows (counted already, as
+    :class:`~sparkstate.jobs.tee.JobTee` counts each part of a batch in the one job that runs it), with
+    no Spark job spent asking whether it is empty.
+
+    The file writers take the count (an empty batch still gets its entry in Spark's file-sink
+    log, which needs one per batch); the console shows an empty output batch; every other writer
+    is not called for an empty batch (it would write nothing: no rows, no files, no messages).
+    """
+    if isinstance(writer, (FileSinkLog, FileBatchWriter)):
+        writer(batch_df, batch_id, rows)
+    elif rows > 0 or isinstance(writer, ConsoleTable):
+        writer(batch_df, batch_id)
+
+
 def describe(spec: "SinkSpec", output_mode: str, connect: bool = False) -> str:
     """How :func:`batch_writer` writes ``spec`` (for logs)."""
     if spec.is_file:
@@ -176,4 +191,4 @@ def batch_writer(spark: "SparkSession", spec: "SinkSpec", output_mode: str, sche
 
 
 __all__ = ["CONSOLE_ROWS", "BatchWriter", "ConsoleTable", "FileBatchWriter", "FileSinkLog", "MemoryTable",
-           "batch_writer", "describe", "file_layout", "path_exists", "run_only"]
+           "batch_writer", "describe", "file_layout", "path_exists", "run_only", "write_counted"]

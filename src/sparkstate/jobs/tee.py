@@ -8,7 +8,7 @@ an output row or a dead letter (columns :data:`OUT` and :data:`DEAD`, one of the
 :class:`JobTee` (its ``foreachBatch`` function) writes each micro-batch's two parts to their
 sinks. Both writers are idempotent per batch id, so a batch that Spark runs again after a crash
 is written once, and both outputs of a batch come from one execution of it (the batch is
-persisted while it is split).
+persisted while it is split, and counted in the job that runs it: an empty part costs no job).
 
 Each part goes through the writer of its sink's kind (:func:`sparkstate.io.writers.batch_writer`,
 the one :func:`~sparkstate.io.sinks.start_sink` uses too).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..io.writers import BatchWriter
+from ..io.writers import BatchWriter, write_counted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,16 +42,17 @@ class JobTee:
         self.dead_letters = dead_letters
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         batch_df.persist()
         try:
-            # Run the whole batch (every partition, so every state store commits) before writing:
-            # on a replay both writers may skip it, and Spark refuses a batch whose stores did not commit.
-            batch_df.count()
+            # One job runs the whole batch (every partition, so every state store commits, even when
+            # both writers skip a replay) and counts its two parts; a part then costs one job when it
+            # has rows and none when it is empty (write_counted). Written as SQL text: one call into
+            # the JVM per step, not one per column object.
+            out_rows, dead_rows = batch_df.selectExpr(f"count({OUT})", f"count({DEAD})").collect()[0]
             if self.dead_letters is not None:
-                self.dead_letters(batch_df.where(F.col(DEAD).isNotNull()).select(f"{DEAD}.*"), batch_id)
-            self.output(batch_df.where(F.col(OUT).isNotNull()).select(f"{OUT}.*"), batch_id)
+                write_counted(self.dead_letters, batch_df.where(f"{DEAD} IS NOT NULL").select(f"{DEAD}.*"),
+                              batch_id, dead_rows)
+            write_counted(self.output, batch_df.where(f"{OUT} IS NOT NULL").select(f"{OUT}.*"), batch_id, out_rows)
         finally:
             batch_df.unpersist()
 
