@@ -178,7 +178,7 @@ def test_update_state_by_key_output_columns(events):
 
 
 def test_engine_name_is_checked(events):
-    with pytest.raises(ss.SparkStateError, match="engine: expected one of batched, tws, got 'turbo'"):
+    with pytest.raises(ss.SparkStateError, match="engine: expected one of batched, inband, tws, got 'turbo'"):
         define(events, engine="turbo")
 
 

@@ -113,11 +113,14 @@ def compile_plan(
     event_time_column: str | None = None,
     vectorized: bool = False,
     bucket_logic: BucketLogic | None = None,
+    every_key: bool = False,
 ) -> Compiled:
     """Validate everything, choose the engine and compile a :class:`StatePlan` (see the module doc).
 
     ``bucket_logic``: ``func``'s rules over a bucket of keys at a time (:class:`~.engines.base.BucketLogic`),
-    which an engine that groups keys runs instead of calling ``func`` per key."""
+    which an engine that groups keys runs instead of calling ``func`` per key. ``every_key``:
+    ``func`` is called for every stored key in each micro-batch (``update_state_by_key``), see
+    :func:`every_key_timeout`."""
     if bucket_logic is not None and not isinstance(bucket_logic, BucketLogic):
         raise ConfigError(f"{operator_name}: bucket_logic must be an engines.base.BucketLogic, got {bucket_logic!r}")
     _check_input(df, func, operator_name, vectorized)
@@ -151,6 +154,8 @@ def compile_plan(
     chosen = choose_engine(engine, written_by, state_ttl=ttl_ms is not None, vectorized=vectorized)
     if checkpoint is not None:  # layout settings fixed at the checkpoint's creation (the bucket count)
         chosen = chosen.for_checkpoint(df.sparkSession, stored, str(checkpoint))
+    if every_key and df.isStreaming:
+        conf, every_key = every_key_timeout(chosen, df, stored)
     plan = StatePlan(
         operator=operator_name,
         key_columns=keys,
@@ -171,8 +176,25 @@ def compile_plan(
         # A static input has no watermark to carry on (Spark refuses the column there).
         event_time_column=event_time_column if df.isStreaming else None,
         bucket_logic=bucket_logic,
+        every_key=every_key,
     )
     return Compiled(chosen, plan, init_df)
+
+
+def every_key_timeout(engine: Engine, df: DataFrame, stored: Any) -> tuple[GroupStateTimeout, bool]:
+    """How a streaming plan that calls every key in every micro-batch gets there: (timeout kind,
+    whether the engine visits every key itself).
+
+    The engine does it when it can (:meth:`~.engines.base.Engine.visits_every_key`): no time mode,
+    so a micro-batch without input calls nothing and ``availableNow`` ends. Otherwise, and on a
+    checkpoint written in processing-time mode (Spark keeps a query's time mode for the life of
+    its checkpoint), each key is revisited through a 1 ms processing-time timeout that the
+    operator's function sets.
+    """
+    written_with_timers = stored is not None and stored.operator.get("time_mode") == "ProcessingTime"
+    if engine.visits_every_key(df) and not written_with_timers:
+        return GroupStateTimeout.NoTimeout, True
+    return GroupStateTimeout.ProcessingTimeTimeout, False
 
 
 def key_columns(df: DataFrame, key: Any, operator_name: str) -> tuple[str, ...]:

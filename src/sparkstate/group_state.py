@@ -231,6 +231,11 @@ class GroupState:
 
     # -- for the runners (sparkstate.engines.rules) ---------------------------------------------
     @property
+    def timeout_conf(self) -> GroupStateTimeout:
+        """The query's timeout kind (what ``setTimeoutDuration`` / ``setTimeoutTimestamp`` need)."""
+        return self._conf
+
+    @property
     def timeout_ms(self) -> int | None:
         """The timeout set during this call (epoch ms), or ``None``."""
         return self._timeout_ms

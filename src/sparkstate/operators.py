@@ -230,16 +230,17 @@ def _apply_num_partitions(df: DataFrame, n: int) -> None:
 class _EveryBatch:
     """Adapts ``update(new_values, state | None) -> state | None`` to the group-function contract.
 
-    The key is revisited in every micro-batch through a 1 ms processing-time timeout, which is
-    how a key without new records still gets its call (as in the DStream API).
+    The plan asks for every key in every micro-batch (``StatePlan.every_key``): an engine that
+    can calls each stored key in each micro-batch with input. On one that cannot (and on a
+    checkpoint written that way) the query has processing-time timeouts and the key is revisited
+    in every micro-batch through a 1 ms timeout (see :func:`~sparkstate.compile.every_key_timeout`).
     """
 
-    def __init__(self, func: Callable, codec: Codec, single_key: bool, streaming: bool, keep: tuple[int, ...]) -> None:
+    def __init__(self, func: Callable, codec: Codec, single_key: bool, keep: tuple[int, ...]) -> None:
         self.func = func
         self.codec = codec
         self.keep = keep  # state columns that are not also key columns
         self.single_key = single_key
-        self.streaming = streaming
         self.__name__ = getattr(func, "__name__", "update_state_by_key function")
 
     def __call__(self, key: Any, values: Iterable[Any], gstate: GroupState) -> Any:
@@ -249,7 +250,7 @@ class _EveryBatch:
                 gstate.remove()
             return None
         gstate.update(new)
-        if self.streaming:
+        if gstate.timeout_conf is GroupStateTimeout.ProcessingTimeTimeout:
             gstate.setTimeoutDuration(1)
         key_cols = (key,) if self.single_key else tuple(key)
         cols = self.codec.encode_columns(new)
@@ -298,10 +299,9 @@ def update_state_by_key(
     output_schema = StructType(
         [StructField(f.name, f.dataType, True) for f in key_fields] + [codec.columns.fields[i] for i in keep]
     )
-    timeout = GroupStateTimeout.ProcessingTimeTimeout if df.isStreaming else GroupStateTimeout.NoTimeout
     return _build(
-        df, operator_name=name, key=keys, func=_EveryBatch(func, codec, len(keys) == 1, df.isStreaming, keep),
-        state_type=state_type, output_type=output_schema, timeout=timeout, value_type=value_type,
-        initial_state=None, output_mode="update", keep_expired_state=False, state_ttl=None, flat=False,
-        engine=engine, value_decoder=decoder, checkpoint=checkpoint,
+        df, operator_name=name, key=keys, func=_EveryBatch(func, codec, len(keys) == 1, keep),
+        state_type=state_type, output_type=output_schema, timeout=GroupStateTimeout.NoTimeout,
+        value_type=value_type, initial_state=None, output_mode="update", keep_expired_state=False,
+        state_ttl=None, flat=False, engine=engine, value_decoder=decoder, checkpoint=checkpoint, every_key=True,
     )

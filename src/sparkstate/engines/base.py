@@ -69,6 +69,11 @@ class StatePlan:
     #: The same computation over many keys at once (:class:`BucketLogic`), for an engine that
     #: groups keys into buckets; an engine that calls one key at a time runs ``func``.
     bucket_logic: "BucketLogic | None" = None
+    #: Call ``func`` for every stored key in each micro-batch that has input, with no values for a
+    #: key without new rows (DStream ``updateStateByKey``); set only for an engine whose
+    #: :meth:`Engine.visits_every_key` says it can, and then without timeouts, so a micro-batch
+    #: without input calls nothing and ``trigger(availableNow=True)`` ends.
+    every_key: bool = False
 
     def __reduce__(self) -> tuple:
         # On its way to a worker the plan is one blob unpickled by sparkstate's own code, so a
@@ -166,6 +171,12 @@ class Engine(abc.ABC):
         state's columns (``plan.state_codec.columns``), then ``timeout_ms`` when
         ``plan.initial_has_timeout``.
         """
+
+    def visits_every_key(self, df: "DataFrame") -> bool:
+        """Whether this engine runs a plan with ``every_key`` on ``df``: every stored key called in
+        each micro-batch with input. An engine that cannot leaves it to the operator (the
+        ``update_state_by_key`` adapter then revisits its keys through a 1 ms processing-time timeout)."""
+        return False
 
     def for_checkpoint(self, spark: "SparkSession", stored: "StoredLayout | None", checkpoint: str) -> "Engine":
         """This engine set up for the state in ``checkpoint`` (``stored``: that state, which this

@@ -66,14 +66,16 @@ class BucketStore:
             )
         return d
 
-    def touch(self, d: Directory, key_hashes: list[int], now: int) -> tuple[list[int], list[int], dict[int, dict]]:
+    def touch(self, d: Directory, key_hashes: list[int], now: int,
+              every: bool = False) -> tuple[list[int], list[int], dict[int, dict]]:
         """The leaf of each key hash, the leaves holding a due timeout, and every leaf the call
         needs, read: those two, or all of the bucket's when its state type changed (the
-        directory records one field layout for the whole bucket, so they are all re-laid now)."""
+        directory records one field layout for the whole bucket, so they are all re-laid now) or
+        when the call visits ``every`` key of the bucket."""
         leaves = d.leaves
         lids = place_keys(leaves, key_hashes)
         need = set(lids)
-        if d.fields != self.fields:
+        if every or d.fields != self.fields:
             need.update(lid for lid, (count, _) in leaves.items() if count)
         due: list[int] = []
         if self.timers:

@@ -178,8 +178,20 @@ class BatchedEngine(Engine):
         other.buckets = buckets
         return other
 
-    def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
+    def _row_by_row(self, df: "DataFrame") -> bool:
+        # Spark drops input rows behind the watermark inside the stateful operator, by the column
+        # that carries it; packed rows would hide that column. So an event-time input goes in row
+        # by row (pandas), and Spark's late-row rule stays exactly its own (likewise with
+        # pack=False). An input whose only watermark column is always null (sessionize
+        # late="emit") loses no row to Spark: it is packed.
+        return not self.pack or (df.isStreaming and drops_late_rows(df))
 
+    def visits_every_key(self, df: "DataFrame") -> bool:
+        """Packed input only (see :meth:`apply`): the packing step adds an empty blob for every
+        bucket to a micro-batch with input, so every bucket is called and reads all its keys."""
+        return self.processor_class is BucketProcessor and not self._row_by_row(df)
+
+    def apply(self, df: "DataFrame", plan: StatePlan, initial_state: "DataFrame | None") -> "DataFrame":
         require(TRANSFORM_WITH_STATE_IN_PANDAS, f"{plan.operator}: engine='batched' (Spark's transformWithStateInPandas)",
                 "Use engine='inband' (or leave engine= out).")
         if self.buckets is None:  # no checkpoint= to read it from: as for a new checkpoint
@@ -192,12 +204,7 @@ class BatchedEngine(Engine):
         processor_class = self.processor_class
         if processor_class is BucketProcessor and plan.bucket_logic is not None:
             processor_class = LogicProcessor  # the plan's logic over a bucket at a time, not func per key
-        # Spark drops input rows behind the watermark inside the stateful operator, by the column
-        # that carries it; packed rows would hide that column. So an event-time input goes in row
-        # by row (pandas), and Spark's late-row rule stays exactly its own (likewise with
-        # pack=False). An input whose only watermark column is always null (sessionize
-        # late="emit") loses no row to Spark: it is packed.
-        inp = bucketed_input(df, plan, self.buckets, row_by_row=not self.pack or (df.isStreaming and drops_late_rows(df)))
+        inp = bucketed_input(df, plan, self.buckets, row_by_row=self._row_by_row(df), every_bucket=plan.every_key)
         processor = processor_class(plan, self.buckets, self.leaf_rows, inp.schema, packed=inp.packed, tz=inp.tz)
         data = inp.data
         init = None

@@ -117,7 +117,8 @@ class Grouper:
         """The non-empty Arrow tables inside packed input."""
         import pyarrow as pa
 
-        tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf.iloc[:, 1].tolist()]
+        # an empty blob marks a bucket to call with no rows (packing.packer's every_bucket)
+        tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf.iloc[:, 1].tolist() if blob]
         return [t for t in tables if t.num_rows]
 
     def group(self, frames: Iterator[Any]) -> tuple[dict, dict]:

@@ -41,10 +41,13 @@ class BucketedInput:
     tz: str = "UTC"
 
 
-def bucketed_input(df: "DataFrame", plan: StatePlan, buckets: int, *, row_by_row: bool) -> BucketedInput:
+def bucketed_input(df: "DataFrame", plan: StatePlan, buckets: int, *, row_by_row: bool,
+                   every_bucket: bool = False) -> BucketedInput:
     """``df`` with each row's key hash (``xxhash64`` of the key columns) and bucket (the hash mod
     ``buckets``), packed by bucket before the shuffle unless ``row_by_row``: an input whose
-    watermark column Spark must see goes in row by row, since packed rows would hide it."""
+    watermark column Spark must see goes in row by row, since packed rows would hide it.
+    ``every_bucket`` (packed only): a partition with rows also sends an empty blob for every
+    bucket, so that every bucket is called in a micro-batch with input (:func:`packer`)."""
     from pyspark.sql import functions as F
 
     clash = [c for c in df.columns if c in (BUCKET_COLUMN, HASH_COLUMN)]
@@ -61,14 +64,19 @@ def bucketed_input(df: "DataFrame", plan: StatePlan, buckets: int, *, row_by_row
         tz = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
         return BucketedInput(df.select(*values, h.alias(HASH_COLUMN), bucket), schema, packed=False, tz=tz)
     cols = [F.col(f"`{c}`") for c in df.columns]
-    data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(packer(len(cols) + 1), PACKED_SCHEMA)
+    data = df.select(*cols, h.alias(HASH_COLUMN), bucket).mapInArrow(
+        packer(len(cols) + 1, buckets if every_bucket else None), PACKED_SCHEMA)
     return BucketedInput(data, StructType(df.schema.fields + [StructField(HASH_COLUMN, LongType(), True)]), packed=True)
 
 
-def packer(bucket_pos: int) -> Any:
+def packer(bucket_pos: int, every_bucket: int | None = None) -> Any:
     """The ``mapInArrow`` function run before the shuffle: it cuts each partition's rows by
     bucket into Arrow IPC blobs, one row ``(bucket, blob)`` per bucket and up to 64K input rows
     (or 256 MB).
+
+    ``every_bucket``: the bucket count of a plan that calls every key in each micro-batch with
+    input (``StatePlan.every_key``): a partition with rows then also yields an empty blob for
+    each of the buckets, so Spark calls every bucket, even one whose keys have no new rows.
 
     PySpark feeds transformWithStateInPandas row by row (a pandas ``itertuples`` and a
     DataFrame rebuilt per group); packed, it sees a few rows per bucket, and the Spark side
@@ -108,15 +116,21 @@ def packer(bucket_pos: int) -> Any:
 
         chunk: list = []
         rows = size = 0
+        seen = False
         for batch in batches:
             if batch.num_rows:
                 chunk.append(batch)
                 rows += batch.num_rows
                 size += batch.nbytes
+                seen = True
             if rows >= _PACK_ROWS or size >= _PACK_BYTES:
                 yield from cut(chunk)
                 chunk, rows, size = [], 0, 0
         if chunk:
             yield from cut(chunk)
+        if seen and every_bucket is not None:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(range(every_bucket), pa.int32()), pa.array([b""] * every_bucket, pa.binary())],
+                names=[BUCKET_COLUMN, BLOB_COLUMN])
 
     return pack

@@ -1,7 +1,8 @@
 """The batched engine's StatefulProcessor (``transformWithStateInPandas``, one call per bucket
 and micro-batch): the bucket's input grouped by key (:mod:`.grouping`), the leaves its keys and
 due timeouts fall in read (:mod:`.bucket_store`), the user's function run per key in a plain
-Python loop (:meth:`BucketProcessor.run_keys`), and what changed written back. Which keys are due,
+Python loop (:meth:`BucketProcessor.run_keys`; with ``StatePlan.every_key``, then every other
+stored key of the bucket, with no rows), and what changed written back. Which keys are due,
 which timer fires a timeout and when a key's entry goes are :mod:`sparkstate.engines.rules`.
 """
 
@@ -112,12 +113,16 @@ class BucketProcessor(StatefulProcessor, Calls):
         store = self.store
         d = store.load_dir()
         key_hashes = [hashes[k] for k in groups]
-        lids, due, touched = store.touch(d, key_hashes, now)
+        every = self.plan.every_key
+        lids, due, touched = store.touch(d, key_hashes, now, every)
         out: list = []
         owners: list = []
         state = self.group_state(None, False, pt, wm, False)
         self.run_keys([(touched[lid], k, h, groups[k]) for k, h, lid in zip(groups, key_hashes, lids)],
                       False, state, out, owners)
+        if every:  # the bucket's other stored keys, with no new rows (StatePlan.every_key)
+            rest = [(leaf, k, e[2], ()) for leaf in touched.values() for k, e in leaf.items() if k not in groups]
+            self.run_keys(rest, False, state, out, owners)
         pending = ((k, e[1], (leaf, e[2])) for leaf in (touched[lid] for lid in due) for k, e in leaf.items())
         expired = [(leaf, k, h, ()) for k, (leaf, h) in due_keys(pending, now, groups)]
         if expired:
