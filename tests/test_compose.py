@@ -25,7 +25,7 @@ def engine(request):
 
 
 def test_session_defaults_leave_spark_encoding_alone(spark):
-    assert ENCODING_KEY not in ss.session.default_config()
+    assert ENCODING_KEY not in ss.spark.default_config()
     assert spark.conf.get(ENCODING_KEY, "unsaferow") == "unsaferow"
 
 

@@ -15,6 +15,9 @@ class Progress:
         self.batchId = batch
         self.json = json.dumps({"batchId": batch, "sources": [{"startOffset": start, "endOffset": end}]})
 
+    def __getitem__(self, key: str):  # as PySpark's progress (a dict on 3.5, read like one on 4.x)
+        return json.loads(self.json)[key]
+
 
 class FakeQuery:
     """Replays a list of (status, lastProgress) snapshots, one per look at the status."""
