@@ -74,6 +74,19 @@ def test_caught_up_from_a_no_data_batch_when_batches_leave_no_gap():
     assert not is_caught_up(FakeQuery([(RUNNING, Progress(0, None, 0))]))
 
 
+def test_the_owed_batch_a_restart_runs_first_is_no_sign_of_being_caught_up():
+    # batch 4, the no-data batch a stop left owed, ran first (its offsets are batch 3's): the sources
+    # were not asked, so more input may wait (the files a --once run must still read)
+    owed_ran = Progress(4, 3, 3)
+    assert is_caught_up(FakeQuery([(DRAINED, owed_ran)]))  # without knowing it was owed: a no-data batch
+    assert not is_caught_up(FakeQuery([(DRAINED, owed_ran)]), after_batch=4)
+    assert not is_caught_up(FakeQuery([(NO_DATA_RUNNING, owed_ran)]), after_batch=4)
+    # a trigger after it asked the sources and planned nothing; or a later batch read nothing new
+    assert is_caught_up(FakeQuery([(status("Waiting for data to arrive", False, False), owed_ran)]), after_batch=4)
+    assert is_caught_up(FakeQuery([(DRAINED, Progress(5, 3, 3))]), after_batch=4)
+    assert not is_caught_up(FakeQuery([(BETWEEN_WITH_DATA, Progress(5, 3, 4))]), after_batch=4)
+
+
 def test_wait_until_each_query_was_seen_caught_up_once():
     a = FakeQuery([(RUNNING, None), (BETWEEN_WITH_DATA, Progress(0, None, 0)), (DRAINED, Progress(0, None, 0)),
                    (RUNNING, Progress(0, None, 0))])  # a later batch (new input) is not waited for

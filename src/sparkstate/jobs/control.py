@@ -32,6 +32,8 @@ log = logging.getLogger("sparkstate.jobs")
 
 #: How Spark's status messages begin before a query's first trigger.
 STARTING_PREFIX = "Initializing"
+#: Spark's status message after a trigger that asked the sources and planned no batch.
+WAITING_FOR_DATA = "Waiting for data to arrive"
 
 
 #: What the OS says, through Java or Python, when a write finds its filesystem full.
@@ -79,7 +81,7 @@ def _no_data_batch(progress: Any) -> bool:
     )
 
 
-def is_caught_up(query: "StreamingQuery") -> bool:
+def is_caught_up(query: "StreamingQuery", after_batch: int | None = None) -> bool:
     """Whether ``query`` has processed everything its source had (see the module docstring).
 
     Either the query is between triggers and its last trigger found no new data (Spark sets
@@ -88,15 +90,22 @@ def is_caught_up(query: "StreamingQuery") -> bool:
     its batches may follow each other without a gap to observe. Either way, the no-data batch
     Spark needed after the input (the final watermark's, firing the timers due by it) has run.
     A stopped query is caught up (there is nothing more it will do).
+
+    ``after_batch``: a batch the query runs first without asking its sources (the no-data
+    batch a stop left owed, :func:`sparkstate.owed_batch.queue_owed_batch`): it says nothing of
+    the input, so only a later batch, or a trigger that asked the sources and planned none,
+    counts.
     """
     if not query.isActive:
         return True
     status: dict[str, Any] = query.status
-    if not status.get("isTriggerActive") and not status.get("isDataAvailable") \
-            and not str(status.get("message", "")).startswith(STARTING_PREFIX):
-        return True
     last = query.lastProgress
-    return last is not None and _no_data_batch(last)
+    past = after_batch is None or (last is not None and last["batchId"] > after_batch)
+    message = str(status.get("message", ""))
+    if not status.get("isTriggerActive") and not status.get("isDataAvailable") \
+            and not message.startswith(STARTING_PREFIX) and (past or message == WAITING_FOR_DATA):
+        return True
+    return past and last is not None and _no_data_batch(last)
 
 
 def _last_batch(query: "StreamingQuery") -> int | None:
@@ -105,17 +114,19 @@ def _last_batch(query: "StreamingQuery") -> int | None:
 
 
 def wait_until_caught_up(
-    queries: Sequence[tuple[str, "StreamingQuery"]], poll_s: float = 0.2, timeout_s: float | None = None
+    queries: Sequence[tuple[str, "StreamingQuery"]], poll_s: float = 0.2, timeout_s: float | None = None,
+    after_batch: int | None = None,
 ) -> bool:
     """Block until every query has been seen caught up (each once: later input is not waited for).
 
     ``queries`` are ``(what, query)`` pairs (``what`` names the query in errors). Raises
     :class:`JobFailedError` when one fails; returns ``False`` when ``timeout_s`` passes first.
+    ``after_batch``: see :func:`is_caught_up`.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = list(queries)
     while True:
-        pending = [(what, q) for what, q in pending if not is_caught_up(q)]
+        pending = [(what, q) for what, q in pending if not is_caught_up(q, after_batch)]
         for what, q in queries:  # after: a query that failed meanwhile looks caught up (it is stopped)
             err = failure(q, what)
             if err is not None:

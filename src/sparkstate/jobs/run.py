@@ -217,8 +217,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     # Every check passed: from here on things are written.
     tee = _tee(spark, job)
     write_marker(config, spark)
-    if not job.own_checkpoint:
-        _queue_owed_batch(spark, job.checkpoint, what)
+    owed = None if job.own_checkpoint else _queue_owed_batch(spark, job.checkpoint, what)
     listener = MetricsListener(config.metrics, on_batch)
     add_listener(spark, listener)
     query: Any = None  # a StreamingQuery (start_query returns it as an object)
@@ -230,7 +229,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
             query = start_query(writer, what)
             listener.watch(query, "output")
             try:
-                stopped_by = _wait(query, config.once)
+                stopped_by = _wait(query, config.once, owed)
                 break
             except JobFailedError:
                 if attempt == START_ATTEMPTS or not _worker_not_back(query):
@@ -254,11 +253,12 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     return _result(config, job, listener.totals, str(query.id), stopped_by, keys_left, time.monotonic() - started)
 
 
-def _wait(query: Any, once: bool) -> StoppedBy:
-    """Wait until the query is caught up (``once``), stopped, failed (raises) or interrupted (Ctrl-C)."""
+def _wait(query: Any, once: bool, owed: int | None) -> StoppedBy:
+    """Wait until the query is caught up (``once``; not by the owed batch ``owed`` it runs first),
+    stopped, failed (raises) or interrupted (Ctrl-C)."""
     try:
         if once:
-            wait_until_caught_up([("query", query)])
+            wait_until_caught_up([("query", query)], after_batch=owed)
             return "caught_up"
         wait_until_stopped([("query", query)])
         return "stopped"
@@ -272,12 +272,15 @@ def _worker_not_back(query: Any) -> bool:
     return exc is not None and WORKER_NOT_BACK in str(exc)
 
 
-def _queue_owed_batch(spark: "SparkSession", checkpoint: str, what: str) -> None:
-    """Plan the no-data batch a stop left owed, so that the timeouts it fires do not wait for new input."""
+def _queue_owed_batch(spark: "SparkSession", checkpoint: str, what: str) -> int | None:
+    """Plan the no-data batch a stop left owed, so that the timeouts it fires do not wait for new input;
+    its batch id, or ``None``."""
     owed = queue_owed_batch(spark, checkpoint)
-    if owed is not None:
-        log.info("%s: batch %d runs first, with no new data: the no-data batch owed since the last run (%s)", what,
-                 owed.batch_id, "its watermark had moved" if owed.because == "watermark" else "processing-time timers")
+    if owed is None:
+        return None
+    log.info("%s: batch %d runs first, with no new data: the no-data batch owed since the last run (%s)", what,
+             owed.batch_id, "its watermark had moved" if owed.because == "watermark" else "processing-time timers")
+    return owed.batch_id
 
 
 def _stop(spark: "SparkSession", query: Any, listener: MetricsListener, checkpoint: str | None,
