@@ -3,8 +3,9 @@
 The same code as ``python -m benchmarks.soak`` (:func:`benchmarks.soak.run_soak`), for about
 two minutes on the suite's ``local[2]`` session: the event-time sessionization job reads the
 seeded generator at a fixed rate, so every few seconds of wall-clock time a round of sessions
-begins and ends and their state expires. Asserted: keys in state stay flat (last third against
-the middle third, and the slope over the second half), RocksDB memory stays under the bound
+begins and ends and their state expires. Asserted: keys in state do not grow (last third against
+the middle third, and the slope over the second half; fewer is no fault: what is left is
+checked exactly), RocksDB memory stays under the bound
 ``ss.spark_session()`` sets (64 MB per JVM; a two-minute run does not fill it, so it is judged
 on the bound: see benchmarks/soak.py), the state left in the checkpoint is exactly the
 reference's open sessions (expired ones are gone), and the sink holds exactly the reference's
@@ -34,7 +35,7 @@ CONFIG = SoakConfig(minutes=2.0, rate=300, users=300, seed=11, min_batches=36, m
                     sample_every_s=2.0, state_every_s=5.0)
 #: A two-minute run has few batches per third: keys in state swing within a round, so the
 #: state's tolerance is wider than the 10-minute run's.
-TOLERANCES = Tolerances(state=0.25, duration=0.75, rate=0.2)
+TOLERANCES = Tolerances(state=0.25, duration=0.75, rate=0.2, state_both_ways=False)
 #: The checks that time the job: reported, judged by ``make soak`` (speed lives in benchmarks/).
 TIMED = {"batch_duration", "keeps_up"}
 
