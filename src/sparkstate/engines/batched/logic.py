@@ -11,18 +11,17 @@ reads their entries and those of the keys whose timeout is due, hands all of it 
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..base import BucketCall
 from ..row_values import arrow_column_converter
 from ..runtime import arrow_type
-from .grouping import gc_paused
-from .processor import BucketProcessor
+from .processor import TableProcessor
 
 
-class LogicProcessor(BucketProcessor):
+class LogicProcessor(TableProcessor):
     """transformWithStateInPandas processor of a plan with a bucket logic (grouping key: the bucket)."""
 
     def init(self, handle: Any) -> None:
@@ -66,7 +65,7 @@ class LogicProcessor(BucketProcessor):
                                                                                           tz="UTC")))
         return rows
 
-    def _call(self, table: Any, tv: Any) -> list:
+    def run_table(self, table: Any, tv: Any) -> list:
         pt, wm = self.times(tv)
         now = self.now(pt, wm)
         if table is not None:
@@ -110,12 +109,3 @@ class LogicProcessor(BucketProcessor):
         import pyarrow as pa
 
         return pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in self.input.fields]).empty_table()
-
-    # -- the transformWithState callbacks ---------------------------------------------------------
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        with gc_paused():
-            return iter(self._call(self.input.table(rows), timerValues))
-
-    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
-        with gc_paused():
-            return iter(self._call(None, timerValues))

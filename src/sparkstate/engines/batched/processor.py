@@ -169,3 +169,19 @@ class BucketProcessor(StatefulProcessor, Calls):
 
     def close(self) -> None:
         pass
+
+
+class TableProcessor(BucketProcessor):
+    """A bucket processor that takes the bucket's input as one Arrow table (``None`` on a timer
+    call) in :meth:`run_table`, instead of grouped per key."""
+
+    def run_table(self, table: Any, tv: Any) -> list:
+        raise NotImplementedError
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+        with gc_paused():
+            return iter(self.run_table(self.input.table(rows), timerValues))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+        with gc_paused():
+            return iter(self.run_table(None, timerValues))

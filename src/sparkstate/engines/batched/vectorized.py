@@ -12,16 +12,16 @@ back what the function's :class:`~sparkstate.StateUpdate` says
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 from ..batch_rules import NO_ENTRY, BatchRules
 from ..runtime import arrow_type
 from .engine import BatchedEngine
-from .grouping import gc_paused, key_cuts
-from .processor import BucketProcessor
+from .grouping import key_cuts
+from .processor import TableProcessor
 
 
-class VectorProcessor(BucketProcessor):
+class VectorProcessor(TableProcessor):
     """transformWithStateInPandas processor of ``map_batches_with_state`` (grouping key: the bucket)."""
 
     def init(self, handle: Any) -> None:
@@ -67,7 +67,7 @@ class VectorProcessor(BucketProcessor):
         return cols[0] if len(cols) == 1 else list(zip(*cols))
 
     # -- one call -----------------------------------------------------------------------------
-    def _run(self, table: Any, tv: Any) -> list:
+    def run_table(self, table: Any, tv: Any) -> list:
         pt, wm = self.times(tv)
         now = self.now(pt, wm)
         store = self.store
@@ -115,15 +115,6 @@ class VectorProcessor(BucketProcessor):
 
         schema = pa.schema([pa.field(n, t) for n, t in zip(self.input.value_names, self.arrow_types)])
         return schema.empty_table().to_pandas()
-
-    # -- the transformWithState callbacks ---------------------------------------------------------
-    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        with gc_paused():
-            return iter(self._run(self.input.table(rows), timerValues))
-
-    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
-        with gc_paused():
-            return iter(self._run(None, timerValues))
 
 
 class VectorizedEngine(BatchedEngine):
