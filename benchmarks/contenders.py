@@ -5,10 +5,14 @@ noop sink. Running count (``count``): native ``groupBy().count()``, ``mapGroupsW
 Java (the reference), raw PySpark ``transformWithState`` and ``applyInPandasWithState``, and
 ``ss.map_groups_with_state`` once per engine in ``sparkstate.engines.ENGINES``, and
 ``ss.map_batches_with_state`` (``sparkstate-vectorized``: the count over pandas columns). Sessionization
-(``sessions``): a Java ``flatMapGroupsWithState`` sessionizer (the reference), a raw PySpark
-``transformWithState`` sessionizer, and ``sparkstate.pipelines.sessionize`` (once per engine
-when it takes ``engine=``). Engines are discovered when the list is built, so a new one is
-benchmarked without touching this file.
+(``sessions``): a Java ``flatMapGroupsWithState`` sessionizer (the reference), raw PySpark
+``transformWithState`` and ``applyInPandasWithState`` sessionizers, and
+``sparkstate.pipelines.sessionize`` (once per engine when it takes ``engine=``). Engines are
+discovered when the list is built, so a new one is benchmarked without touching this file.
+
+A contender whose Spark API the installed PySpark lacks (``transformWithState`` before 4.1, the
+engines on it: :data:`ENGINE_NEEDS`) is left out of the list, so the same command runs on every
+minor (``--pyspark 3.5``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any, Callable, Literal, Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from sparkstate.engines import runtime
+
 from . import pyspark_raw as raw
 from .data import Scaling, Workload, key_width
 
@@ -28,6 +34,9 @@ Family = Literal["jvm", "pyspark", "sparkstate"]
 #: Spark's built-in stateful operators, (flat)mapGroupsWithState and applyInPandasWithState
 #: refuse the Avro state encoding (transformWithState takes both): pinned, whatever --conf says.
 UNSAFEROW = {"spark.sql.streaming.stateStore.encodingFormat": "unsaferow"}
+#: The first PySpark minor with the Spark API each engine runs on (the engine refuses older ones
+#: in one line; here they are left out of the list). An engine not named runs on every minor.
+ENGINE_NEEDS = {"tws": runtime.TRANSFORM_WITH_STATE_ROWS, "batched": runtime.TRANSFORM_WITH_STATE_IN_PANDAS}
 
 
 @dataclass(frozen=True)
@@ -49,16 +58,20 @@ class Contender:
     conf: Mapping[str, str] = field(default_factory=dict)
     reference: bool = False
     #: Scaling run: ``build_initial(ctx, input, initial)`` preloads state from ``initial``
-    #: (``user string, count long``); without it the state is preloaded by a first big batch.
+    #: (``user string, count long``); without it (or when it refuses one on this minor) the state
+    #: is preloaded by the first micro-batches.
     build_initial: Callable[[Context, DataFrame, DataFrame], DataFrame] | None = None
     #: In the scaling run unless named with --contenders (a slow first-batch preload is not).
     in_scaling: bool = True
     #: Run when no --contenders are named (a comparison contender runs only when named).
     by_default: bool = True
+    #: The first PySpark minor with the Spark API it runs on (None: every supported minor).
+    needs: tuple[int, int] | None = None
 
     @property
-    def preload(self) -> str:
-        return "initial state" if self.build_initial is not None else "first batch"
+    def available(self) -> bool:
+        """Whether the installed PySpark has what this contender runs on."""
+        return self.needs is None or runtime.has(self.needs)
 
 
 def _java(ctx: Context):
@@ -168,6 +181,12 @@ def _tws_sessions(ctx: Context, df: DataFrame) -> DataFrame:
         raw.TwsSessionizer(w.gap_ms), SESSION_OUTPUT, "Append", "EventTime")
 
 
+def _pandas_sessions(ctx: Context, df: DataFrame) -> DataFrame:
+    w = ctx.workload
+    return session_input(df, w).groupBy("user_id").applyInPandasWithState(
+        raw.PandasSessionizer(w.gap_ms), SESSION_OUTPUT, raw.PANDAS_SESSION_STATE, "append", "EventTimeTimeout")
+
+
 def _sparkstate_sessions(engine: Any, emit: bool = False) -> Callable:
     from sparkstate.pipelines import sessionize
 
@@ -214,8 +233,15 @@ def engines() -> list[str]:
 
 # -- the registry -----------------------------------------------------------------------------
 
-def contenders(workload: str) -> list[Contender]:
-    """Every contender of ``workload`` (``count`` or ``sessions``), the JVM ones first."""
+def contenders(workload: str, every_minor: bool = False) -> list[Contender]:
+    """The contenders of ``workload`` (``count`` or ``sessions``) the installed PySpark runs, the
+    JVM ones first (``every_minor``: those it lacks too, :attr:`Contender.available` false)."""
+    found = _registry(workload)
+    return found if every_minor else [c for c in found if c.available]
+
+
+def _registry(workload: str) -> list[Contender]:
+    tws_rows, tws_pandas = runtime.TRANSFORM_WITH_STATE_ROWS, runtime.TRANSFORM_WITH_STATE_IN_PANDAS
     if workload == "count":
         found = [
             Contender("native-count", "count", "jvm", "groupBy(user).count() (Spark SQL, JVM)",
@@ -223,7 +249,7 @@ def contenders(workload: str) -> list[Contender]:
             Contender("java-mgws", "count", "jvm", "mapGroupsWithState in Java, Long state",
                       _java_count, "update", conf=UNSAFEROW, reference=True, build_initial=_java_count_initial),
             Contender("pyspark-tws", "count", "pyspark", "raw PySpark transformWithState (Row API), one ValueState",
-                      _tws_count, "update", build_initial=_tws_count),
+                      _tws_count, "update", build_initial=_tws_count, needs=tws_rows),
             Contender("pyspark-pandas", "count", "pyspark", "raw PySpark applyInPandasWithState",
                       _pandas_count, "update", conf=UNSAFEROW, in_scaling=False),
         ]
@@ -231,24 +257,28 @@ def contenders(workload: str) -> list[Contender]:
             build, build_initial = _sparkstate_count(name)
             found.append(Contender(f"sparkstate-{name}", "count", "sparkstate",
                                    f'ss.map_groups_with_state(..., engine="{name}")', build, "update",
-                                   build_initial=build_initial))
+                                   build_initial=build_initial, needs=ENGINE_NEEDS.get(name)))
         build, build_initial = _vectorized_count()
         found.append(Contender("sparkstate-vectorized", "count", "sparkstate",
                                "ss.map_batches_with_state (one pandas call per bucket)", build, "update",
-                               build_initial=build_initial))
+                               build_initial=build_initial, needs=ENGINE_NEEDS["batched"]))
         return found
     if workload == "sessions":
         found = [
             Contender("java-fmgws", "sessions", "jvm", "flatMapGroupsWithState sessionizer in Java, event time",
                       _java_sessions, "append", conf=UNSAFEROW, reference=True),
             Contender("pyspark-tws", "sessions", "pyspark", "raw PySpark transformWithState sessionizer, event time",
-                      _tws_sessions, "append"),
+                      _tws_sessions, "append", needs=tws_rows),
+            # The user's raw alternative where Spark has no transformWithState (3.5); elsewhere only when named.
+            Contender("pyspark-pandas", "sessions", "pyspark", "raw PySpark applyInPandasWithState sessionizer,"
+                      " event-time timeout", _pandas_sessions, "append", conf=UNSAFEROW,
+                      by_default=not runtime.has(tws_rows)),
         ]
         if sessionize_takes_engine():
             for name in engines():
                 found.append(Contender(f"sparkstate-{name}", "sessions", "sparkstate",
                                        f'sparkstate.pipelines.sessionize(..., engine="{name}")',
-                                       _sparkstate_sessions(name), "append"))
+                                       _sparkstate_sessions(name), "append", needs=ENGINE_NEEDS.get(name)))
             found.append(Contender("sparkstate-emit", "sessions", "sparkstate",
                                    "sessionize(late=\"emit\") as `sparkstate run` runs it (late rows out with a"
                                    " reason; the input packed), its sessions", _sparkstate_sessions(None, emit=True),
@@ -257,7 +287,7 @@ def contenders(workload: str) -> list[Contender]:
                 found.append(Contender("sparkstate-perkey", "sessions", "sparkstate",
                                        "sessionize on the batched engine's per-key loop (before the columnar"
                                        " sessionizer)", _sparkstate_sessions(per_key_engine), "append",
-                                       by_default=False))
+                                       by_default=False, needs=tws_pandas))
         else:
             found.append(Contender("sparkstate-sessionize", "sessions", "sparkstate",
                                    "sparkstate.pipelines.sessionize(time_mode='event') (its default engine)",

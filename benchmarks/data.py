@@ -150,16 +150,23 @@ class Workload:
 @dataclass(frozen=True)
 class Scaling:
     """The state-size scaling input: ``state_keys`` keys already in state, then ``batches``
-    micro-batches that each touch ``touched`` of them (distinct, spread over the key space)."""
+    micro-batches that each touch ``touched`` of them (distinct, spread over the key space).
+
+    A contender without an initial state reads every key once first, in ``preload_batches``
+    micro-batches (files) of ``state_keys / preload_batches`` keys.
+    """
 
     state_keys: int
     touched: int
     batches: int = 5
     seed: int = 11
+    preload_batches: int = 1
 
     def __post_init__(self) -> None:
         if self.touched * self.batches > self.state_keys:
             raise ValueError(f"touched * batches ({self.touched * self.batches}) must not exceed state_keys ({self.state_keys})")
+        if not 1 <= self.preload_batches <= self.state_keys:
+            raise ValueError(f"preload_batches must be between 1 and state_keys, got {self.preload_batches}")
 
     kind = "count"
     key_column = "user"
@@ -169,7 +176,8 @@ class Scaling:
         return f"scaling: {human(self.state_keys)} keys in state, {human(self.touched)} touched per batch"
 
     def slug(self) -> str:
-        return f"scaling-k{self.state_keys}-t{self.touched}-b{self.batches}-s{self.seed}-v{FORMAT_VERSION}"
+        preload = f"-p{self.preload_batches}" if self.preload_batches != 1 else ""
+        return f"scaling-k{self.state_keys}-t{self.touched}-b{self.batches}{preload}-s{self.seed}-v{FORMAT_VERSION}"
 
     def as_dict(self) -> dict:
         return asdict(self) | {"kind": "scaling"}
@@ -268,7 +276,8 @@ def generate(w: Workload, cache: Path) -> Path:
 class ScalingInput:
     #: The touched micro-batches only (contenders that preload through an initial state).
     touched: Path
-    #: One file with every state key once, then the touched micro-batches (preload as a first batch).
+    #: Every state key once (in ``preload_batches`` files, read one per micro-batch), then the
+    #: touched micro-batches (preload by the first micro-batches).
     with_preload: Path
 
 
@@ -291,7 +300,9 @@ def generate_scaling(s: Scaling, cache: Path) -> ScalingInput:
             "activity": pa.array(np.full(n, "view", dtype=object), pa.string()),
         })
 
-    _write_files([("part-00000", count_table(np.arange(s.state_keys), 0))], out.with_preload, base)
+    ids, p = np.arange(s.state_keys), s.preload_batches
+    _write_files(((f"preload-{i:05d}", count_table(ids[i::p], i * -(-s.state_keys // p)))
+                  for i in range(p)), out.with_preload, base - p)
     touched = _write_files(
         ((f"part-{b + 1:05d}", count_table(chosen[b * s.touched:(b + 1) * s.touched], s.state_keys + b * s.touched))
          for b in range(s.batches)),

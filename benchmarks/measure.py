@@ -154,12 +154,12 @@ def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def steady_rate(batches: list[dict]) -> tuple[float | None, int]:
-    """Steady-state events/s: the rows of the batches after the first (the warm-up: worker
-    start, RocksDB open, JIT) over the sum of their ``triggerExecution``, and how many batches
+def steady_rate(batches: list[dict], warmup: int = 1) -> tuple[float | None, int]:
+    """Steady-state events/s: the rows of the batches after the first ``warmup`` (worker
+    start, RocksDB open, JIT; a state preload) over the sum of their ``triggerExecution``, and how many batches
     that is. Trailing batches without input (an event-time query's final no-data batch, which
     ``availableNow`` adds to fire what is left) are not in it: a long-running job never sees them."""
-    timed = batches[1:]
+    timed = batches[warmup:]
     while timed and not timed[-1]["rows"]:
         timed = timed[:-1]
     ms = sum(b["ms"] or 0 for b in timed)
@@ -183,21 +183,22 @@ def _state_ops(p: dict) -> dict:
             "state_bytes_scanned": m.state_bytes_scanned}
 
 
-def summarize_batches(progress: list[dict]) -> dict:
-    """Batch list, p50/p95 of ``triggerExecution`` with the first batch excluded, and the
-    steady-state rate (:func:`steady_rate`)."""
+def summarize_batches(progress: list[dict], warmup: int = 1) -> dict:
+    """Batch list, p50/p95 of ``triggerExecution`` with the first ``warmup`` batches excluded,
+    and the steady-state rate (:func:`steady_rate`)."""
     batches = [
         {"batch": p.get("batchId"), "rows": p.get("numInputRows", 0),
          "ms": (p.get("durationMs") or {}).get("triggerExecution"), **_state_ops(p)}
         for p in progress
     ]
-    timed = [b["ms"] for b in batches[1:] if b["ms"] is not None]
-    steady = steady_rate(batches)
+    timed = [b["ms"] for b in batches[warmup:] if b["ms"] is not None]
+    steady = steady_rate(batches, warmup)
     return {
         "batches": batches,
         "p50_ms": _percentile(timed, 50),
         "p95_ms": _percentile(timed, 95),
         "timed_batches": len(timed),
+        "warmup_batches": warmup,
         "steady_events_per_s": steady[0],
         "steady_batches": steady[1],
     }

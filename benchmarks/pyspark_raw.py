@@ -1,23 +1,40 @@
 """The raw-PySpark contenders: written directly against pyspark, no sparkstate.
 
 Each is the minimal program a PySpark user would write: a ``transformWithState`` processor
-(Row API) with one ValueState, and an ``applyInPandasWithState`` function. Workers unpickle
-these by reference, so ``benchmarks`` must be importable there (the runner puts the project
-root on ``PYTHONPATH`` before Spark starts).
+(Row API) with one ValueState (PySpark 4.1 and later), and ``applyInPandasWithState`` functions
+(3.4 and later: the user's alternative on 3.5). Workers unpickle these by reference, so
+``benchmarks`` must be importable there (the runner puts the project root on ``PYTHONPATH``
+before Spark starts).
+
+The sessionizers share :func:`split_final`, the semantics of ``sparkstate.pipelines.sessionize``:
+
+>>> events = [(0, False, "a"), (50_000, True, "b"), (60_000, False, "c"), (200_000, False, "d")]
+>>> final, rest = split_final(events, watermark=130_000, gap_ms=60_000)
+>>> [(s.times, s.closed) for s in final], [(s.times, s.closed) for s in rest]
+([([0, 50000], True), ([60000], False)], [([200000], False)])
+>>> final_at(rest[0], 60_000)
+260000
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import pandas as pd
 from pyspark.sql import Row
-from pyspark.sql.streaming import StatefulProcessor
+
+try:
+    from pyspark.sql.streaming import StatefulProcessor
+except ImportError:  # PySpark before 4.1 has no transformWithState: its contenders are left out (contenders.py)
+    StatefulProcessor = object  # type: ignore[assignment,misc]
 
 COUNT_OUTPUT = "user string, count long"
 COUNT_STATE = "count long"
 SESSION_STATE = "times array<long>, lasts array<boolean>, events array<string>, timer_ms long"
+#: The applyInPandasWithState sessionizer's state: the pending events (its timeout is Spark's own).
+PANDAS_SESSION_STATE = "times array<long>, lasts array<boolean>, events array<string>"
 
 
 class TwsCounter(StatefulProcessor):
@@ -61,16 +78,71 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
+#: One event of a key: (epoch ms, is_last, data).
+Event = tuple[int, bool, "str | None"]
+
+
+@dataclass
+class Session:
+    """Consecutive events of one key: their times and data, and whether a flag closed it."""
+
+    times: list[int]
+    data: list
+    closed: bool
+
+
+def final_at(s: Session, gap_ms: int) -> int:
+    """The session is final once the watermark is past this: end - 1 (closed by a flag), else end + gap."""
+    return s.times[-1] - 1 if s.closed else s.times[-1] + gap_ms
+
+
+def split_final(events: list[Event], watermark: int, gap_ms: int,
+                emit_on_last: bool = False) -> tuple[list[Session], list[Session]]:
+    """A key's events (stored and new) as (final sessions, open sessions), each in time order.
+
+    Sorted by time, an unflagged event before a flagged one at equal times, then by data (null
+    first); split after a flag or where the next event is more than ``gap_ms`` later. A session
+    is final when the watermark is past :func:`final_at` (with ``emit_on_last``, one closed by a
+    flag at once: sessionize's ``emit_on_last=True``). Without ``emit_on_last`` the final
+    sessions are the leading ones: a later session ends later.
+    """
+    events = sorted(events, key=lambda e: (e[0], e[1], e[2] is not None, e[2] or ""))
+    sessions: list[Session] = []
+    prev_t, prev_last = 0, True
+    for t, last, d in events:
+        if prev_last or t - prev_t > gap_ms:
+            sessions.append(Session([], [], False))
+        s = sessions[-1]
+        s.times.append(t)
+        s.data.append(d)
+        s.closed = bool(last)
+        prev_t, prev_last = t, last
+    final, rest = [], []
+    for s in sessions:
+        (final if (s.closed and emit_on_last) or final_at(s, gap_ms) < watermark else rest).append(s)
+    return final, rest
+
+
+def _flatten(rest: list[Session]) -> tuple[list[int], list[bool], list]:
+    """Open sessions as the state's flat lists (times, lasts, data)."""
+    times: list[int] = []
+    lasts: list[bool] = []
+    data: list = []
+    for s in rest:
+        times += s.times
+        data += s.data
+        lasts += [False] * (len(s.times) - 1) + [s.closed]
+    return times, lasts, data
+
+
 class TwsSessionizer(StatefulProcessor):
     """Event-time sessionization with the semantics of ``sparkstate.pipelines.sessionize``.
 
     Input rows: ``(user_id, event_time, data, is_last)`` with a watermark. A key's pending events
-    (every open session's, as flat lists) are one ValueState; each call sorts them with the new
-    ones (time, unflagged before flagged, data), splits them after a flag or where the next event
-    is more than ``gap`` later, emits the leading sessions that are final (the watermark at or past
-    the end of one closed by a flag, past end + gap otherwise) and keeps the rest, with a timer for the
+    (every open session's, as flat lists) are one ValueState; each call runs :func:`split_final`
+    on them and the new ones, emits the final sessions and keeps the rest, with a timer for the
     first of them: transformWithState fires a timer once the watermark reaches it, GroupState
-    strictly after, so the timer is registered 1 ms later.
+    strictly after, so the timer is registered 1 ms after :func:`final_at`.
     """
 
     def __init__(self, gap_ms: int, emit_on_last: bool = False) -> None:
@@ -84,9 +156,9 @@ class TwsSessionizer(StatefulProcessor):
         self.session = handle.getValueState("session", SESSION_STATE)
 
     @staticmethod
-    def _row(key: Any, times: list, events: list, closed: bool) -> Row:
-        return Row(user_id=key, session_start=_utc(times[0]), session_end=_utc(times[-1]), event_count=len(events),
-                   events=events, closed_by="last_event" if closed else "timeout")
+    def _row(key: Any, s: Session) -> Row:
+        return Row(user_id=key, session_start=_utc(s.times[0]), session_end=_utc(s.times[-1]),
+                   event_count=len(s.data), events=s.data, closed_by="last_event" if s.closed else "timeout")
 
     def _run(self, k: Any, new: list, watermark: int, fired: bool = False) -> Iterator[Row]:
         stored = self.session.get()
@@ -95,47 +167,20 @@ class TwsSessionizer(StatefulProcessor):
         if stored is not None:
             events = list(zip(stored[0], stored[1], stored[2])) + new
             timer = None if fired else stored[3]  # a timer that fired is gone
-        events.sort(key=lambda e: (e[0], e[1], e[2] is not None, e[2] or ""))
-        sessions: list = []
-        times: list = []
-        data: list = []
-        prev_t, prev_last = 0, True
-        for t, last, d in events:
-            if prev_last or t - prev_t > self.gap_ms:
-                if times:
-                    sessions.append((times, data, prev_last))
-                times, data = [], []
-            times.append(t)
-            data.append(d)
-            prev_t, prev_last = t, last
-        if times:
-            sessions.append((times, data, prev_last))
-        # Final sessions are emitted, the others kept (without emit_on_last the final ones are
-        # the leading ones: a later session ends later).
-        out, rest = [], []
-        for times, data, closed in sessions:
-            if (closed and self.emit_on_last) or (times[-1] - 1 if closed else times[-1] + self.gap_ms) < watermark:
-                out.append(self._row(k, times, data, closed))
-            else:
-                rest.append((times, data, closed))
+        final, rest = split_final(events, watermark, self.gap_ms, self.emit_on_last)
+        out = [self._row(k, s) for s in final]
         if not rest:
             if stored is not None:
                 self.session.clear()
                 if timer is not None:
                     self.handle.deleteTimer(timer)
             return iter(out)
-        times, data, closed = rest[0]
-        due = (times[-1] - 1 if closed else times[-1] + self.gap_ms) + 1
+        due = final_at(rest[0], self.gap_ms) + 1
         if due != timer:
             if timer is not None:
                 self.handle.deleteTimer(timer)
             self.handle.registerTimer(due)
-        flat_t, flat_l, flat_d = [], [], []
-        for times, data, closed in rest:
-            flat_t += times
-            flat_d += data
-            flat_l += [False] * (len(times) - 1) + [closed]
-        self.session.update((flat_t, flat_l, flat_d, due))
+        self.session.update((*_flatten(rest), due))
         return iter(out)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
@@ -150,3 +195,46 @@ class TwsSessionizer(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+_EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def _epoch_ms(times: pd.Series) -> list[int]:
+    """A timestamp column as epoch milliseconds (naive values are the session's time zone: UTC here)."""
+    return ((pd.to_datetime(times, utc=True) - _EPOCH) // pd.Timedelta(milliseconds=1)).tolist()
+
+
+class PandasSessionizer:
+    """The same sessionizer with ``applyInPandasWithState`` (event-time timeout, append): the
+    pending events are the state (:data:`PANDAS_SESSION_STATE`), the timeout is Spark's
+    ``setTimeoutTimestamp`` at :func:`final_at` of the first open session (GroupState fires it
+    once the watermark is past it). Called with the key's frames, or with none when it timed out."""
+
+    def __init__(self, gap_ms: int) -> None:
+        self.gap_ms = gap_ms
+
+    def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        events: list = []
+        if state.exists:
+            times, lasts, data = state.get
+            events = list(zip(times, lasts, data))
+        for f in frames:
+            if f.empty:  # a key whose timeout fired comes with no rows
+                continue
+            events += zip(_epoch_ms(f["event_time"]), f["is_last"].tolist(), f["data"].tolist())
+        final, rest = split_final(events, state.getCurrentWatermarkMs(), self.gap_ms)
+        if rest:
+            state.update(_flatten(rest))
+            state.setTimeoutTimestamp(final_at(rest[0], self.gap_ms))
+        elif state.exists:
+            state.remove()
+        if final:
+            yield pd.DataFrame({
+                "user_id": [key[0]] * len(final),
+                "session_start": [pd.Timestamp(s.times[0], unit="ms", tz="UTC") for s in final],
+                "session_end": [pd.Timestamp(s.times[-1], unit="ms", tz="UTC") for s in final],
+                "event_count": [len(s.data) for s in final],
+                "events": [s.data for s in final],
+                "closed_by": ["last_event" if s.closed else "timeout" for s in final],
+            })

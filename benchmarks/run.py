@@ -4,6 +4,7 @@ The protocol of ``../shared/design/performance.md``: generated Parquet input rea
 ``--files-per-trigger`` files per micro-batch, ``local[2]``, 2 shuffle partitions, RocksDB,
 noop sink, each query timed from ``start()`` to its end (SparkSession start excluded), first
 micro-batch left out of the batch-duration percentiles. See benchmarks/README.md.
+``--pyspark 3.5`` runs the same command in that minor's venv (the version matrix's).
 
 >>> count_arg("50K"), count_arg("1M"), count_arg("2_500"), count_arg("1e6")
 (50000, 1000000, 2500, 1000000)
@@ -23,6 +24,9 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Iterator
+
+from sparkstate.engines.runtime import pyspark_minor
+from sparkstate.io.connectors import PYSPARK_VERSIONS
 
 from . import data, jvm, report
 from .contenders import Contender, contenders, select
@@ -94,11 +98,20 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--max-events", type=count_arg, default=10_000_000, help="largest sweep cell")
     s = p.add_argument_group("state-size scaling (running count)")
     s.add_argument("--scaling", action="store_true",
-                   help="batch duration with --state-keys keys already in state, --touched keys per batch")
+                   help="batch duration with --state-keys keys already in state, --touched keys per batch"
+                        " (alone: only that; with --workload: after the workloads' cells)")
     s.add_argument("--state-keys", nargs="+", type=count_arg, default=[100_000, 10_000_000])
     s.add_argument("--touched", type=count_arg, default=10_000, help="keys touched per micro-batch")
     s.add_argument("--scaling-batches", type=int, default=5, help="timed micro-batches after the preload")
+    s.add_argument("--preload", choices=["auto", "batches"], default="auto",
+                   help="auto: through an initial state where the contender takes one, else by the first"
+                        " micro-batches; batches: by the first micro-batches for every contender")
+    s.add_argument("--preload-batches", type=int, default=1,
+                   help="micro-batches that read every state key once, when the state is preloaded by batches")
     r = p.add_argument_group("run")
+    r.add_argument("--pyspark", choices=sorted(PYSPARK_VERSIONS), metavar="MINOR",
+                   help="run in the venv of this PySpark minor (tests/versions/venvs.py; made by"
+                        " `python -m tests.versions.venvs`), this checkout's sources first; default: this Python's")
     r.add_argument("--contenders", nargs="+", metavar="NAME", help="only contenders whose name starts so (see --list)")
     r.add_argument("--quick", action="store_true",
                    help="a small smoke run of both workloads (< 2 minutes), one SparkSession, outputs verified")
@@ -133,6 +146,7 @@ def apply_quick(args: argparse.Namespace) -> None:
         args.high_cardinality = QUICK_HIGH_CARDINALITY
     args.events_per_key, args.sweep = None, False
     args.state_keys, args.touched, args.scaling_batches = [2_000, 20_000], 500, 3
+    args.preload_batches = min(args.preload_batches, 2)
     args.isolation = args.isolation or "session"
     args.verify = True
     args.timeout = min(args.timeout, 300)
@@ -157,15 +171,21 @@ def input_layout(args: argparse.Namespace) -> tuple[int, int]:
     return events, files
 
 
+def scaling_cells(args: argparse.Namespace, alone: bool) -> list[Cell]:
+    """The state-size scaling cells. Run ``alone``, a contender named with --contenders is in
+    them even if its preload is slow (``in_scaling`` false); after the workloads' cells, not."""
+    picked = select(contenders("count"), args.contenders)
+    chosen = tuple(c for c in picked if c.in_scaling or (alone and args.contenders))
+    return [Cell("scaling", data.Scaling(n, args.touched, args.scaling_batches, preload_batches=args.preload_batches),
+                 chosen) for n in args.state_keys] if chosen else []
+
+
 def plan(args: argparse.Namespace) -> tuple[list[Cell], list[dict]]:
     cells: list[Cell] = []
     skipped: list[dict] = []
     events, files = input_layout(args)
-    if args.scaling:
-        chosen = tuple(c for c in select(contenders("count"), args.contenders) if args.contenders or c.in_scaling)
-        for n in args.state_keys:
-            cells.append(Cell("scaling", data.Scaling(n, args.touched, args.scaling_batches), chosen))
-        return cells, skipped
+    if args.scaling and not args.workload:
+        return scaling_cells(args, alone=True), skipped
     kinds = WORKLOADS if "all" in (args.workload or []) else tuple(dict.fromkeys(args.workload or ["count"]))
     for kind in kinds:
         chosen = tuple(select(contenders(kind), args.contenders))
@@ -186,6 +206,8 @@ def plan(args: argparse.Namespace) -> tuple[list[Cell], list[dict]]:
             for keys in keys_list:
                 for epk in args.events_per_key or [None]:
                     cells.append(Cell(kind, data.Workload(kind, keys, events, epk, **common), chosen))
+    if args.scaling:
+        cells += scaling_cells(args, alone=False)
     return cells, skipped
 
 
@@ -263,11 +285,12 @@ def _in_child(task: Task, logs: Path, n: int) -> dict:
 def _tasks(cell: Cell, source: Path | data.ScalingInput, base: Task) -> Iterator[Task]:
     for c in cell.contenders:
         if isinstance(source, data.ScalingInput):
-            path, fpt = (source.touched if c.build_initial else source.with_preload), 1
+            path, preload, fpt = source.touched, str(source.with_preload), 1
         else:
-            path, fpt = source, cell.spec.files_per_trigger
+            path, preload, fpt = source, None, cell.spec.files_per_trigger
         yield replace(base, contender=c.name, workload=cell.workload, params=cell.spec.as_dict(),
-                      source=str(path), files_per_trigger=fpt, verify=base.verify and cell.workload != "scaling")
+                      source=str(path), preload_source=preload, files_per_trigger=fpt,
+                      verify=base.verify and cell.workload != "scaling")
 
 
 def _line(r: dict) -> str:
@@ -287,16 +310,39 @@ def _check_outputs(results: list[dict]) -> None:
             r["output_matches_reference"] = r["output_digest"] == ref["output_digest"]
 
 
+def in_minor_venv(minor: str, argv: list[str]) -> int:
+    """Run ``python -m benchmarks.run ARGV`` in PySpark ``minor``'s venv (the version matrix's,
+    never made or changed here), this checkout's ``benchmarks`` and ``src`` first on its path and
+    its Spark cache the venv's (as the matrix runs it); return its exit code."""
+    from tests.versions import venvs
+
+    version = PYSPARK_VERSIONS[minor][0]
+    python = venvs.python(version)
+    if not python.exists():
+        print(f"no venv for pyspark {version} at {venvs.venv_dir(version)}: make it with"
+              " `python -m tests.versions.venvs`", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["SPARKSTATE_CACHE"] = str(venvs.venv_dir(version) / "cache")
+    return subprocess.call([str(python), "-m", "benchmarks.run", *argv], env=env)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    here = "{}.{}".format(*pyspark_minor())
+    if args.pyspark and args.pyspark != here:
+        return in_minor_venv(args.pyspark, list(argv if argv is not None else sys.argv[1:]))
     if args.quick:
         apply_quick(args)
     args.isolation = args.isolation or "process"
     cells, skipped = plan(args)
     if args.list:
+        print(f"PySpark {here}")
         for kind in WORKLOADS:
-            for c in contenders(kind):
-                print(f"{kind:<9} {c.name:<24} {c.family:<10} {c.description}")
+            for c in contenders(kind, every_minor=True):
+                lacks = "" if c.available else f"  (left out: needs PySpark {c.needs[0]}.{c.needs[1]})" if c.needs else ""
+                print(f"{kind:<9} {c.name:<24} {c.family:<10} {c.description}{lacks}")
         return 0
     if not cells:
         print("nothing to run: no contender matches --contenders", file=sys.stderr)
@@ -327,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"input: {cell.spec.label()}")
             gen = data.generate_scaling if cell.workload == "scaling" else data.generate
             sources.append(gen(cell.spec, cache))
-        base = Task("", "", {}, "", 1, str(Path(tmp) / "work"), args.timeout, jar, extra, args.verify)
+        base = Task("", "", {}, "", 1, str(Path(tmp) / "work"), args.timeout, jar, extra, args.verify,
+                    preload=args.preload)
         with contextlib.ExitStack() as stack:
             console: IO[str] = sys.stdout
             spark = None

@@ -68,6 +68,11 @@ class Task:
     conf: dict | None = None
     #: Collect the output (foreachBatch instead of noop) and fingerprint it; slower, for checks.
     verify: bool = False
+    #: Scaling run: the input that preloads the state by its first micro-batches (``source`` has
+    #: the touched batches only, for a contender that preloads through an initial state).
+    preload_source: str | None = None
+    #: Scaling run: ``auto`` (an initial state where the contender takes one, else batches) or ``batches``.
+    preload: str = "auto"
 
     def spec(self):
         from .data import Scaling, Workload
@@ -109,9 +114,35 @@ def fingerprint(workload: str, rows: list) -> tuple[str, int]:
     return hashlib.sha256(repr(items).encode()).hexdigest()[:16], len(items)
 
 
+def _scaling_output(contender: Any, ctx: Any, task: Task, result: dict) -> tuple[Any, int]:
+    """The scaling run's output and how many first micro-batches preload the state: an initial
+    state where the contender takes one (and ``task.preload`` allows), else every key read once
+    by the first ``preload_batches`` micro-batches (an engine that refuses an initial state on
+    this minor lands here, its sentence in ``preload_refused``)."""
+    from sparkstate.errors import SparkStateError
+
+    from .contenders import initial_counts
+    from .data import read_stream
+
+    spark, spec = ctx.spark, ctx.workload
+    if contender.build_initial is not None and task.preload != "batches":
+        df = read_stream(spark, spec.schema, Path(task.source), 1)
+        try:
+            out = contender.build_initial(ctx, df, initial_counts(spark, spec))
+            result["preload"] = "initial state"
+            return out, 1
+        except SparkStateError as exc:
+            result["preload_refused"] = _error_text(exc)
+    if task.preload_source is None:
+        raise ValueError("a scaling task needs its preload input (preload_source)")
+    df = read_stream(spark, spec.schema, Path(task.preload_source), 1)
+    result["preload"] = "first batch" if spec.preload_batches == 1 else f"first {spec.preload_batches} batches"
+    return contender.build(ctx, df), spec.preload_batches
+
+
 def execute(spark: Any, task: Task) -> dict:
     """Run ``task`` in ``spark`` and return its measurements (``error`` set if it failed)."""
-    from .contenders import Context, initial_counts
+    from .contenders import Context
     from .data import read_stream
 
     contender = find_contender(task)
@@ -122,19 +153,17 @@ def execute(spark: Any, task: Task) -> dict:
         "reference": contender.reference, "workload": task.workload, "params": spec.as_dict(),
         "label": spec.label(), "conf": dict(contender.conf), "error": None,
     }
-    if task.workload == "scaling":
-        result["preload"] = contender.preload
     saved = {k: spark.conf.get(k, None) for k in contender.conf}
     checkpoint = Path(task.workdir) / f"{contender.name}-{uuid.uuid4().hex[:8]}"
     query = None
     try:
         for k, v in contender.conf.items():
             spark.conf.set(k, v)
-        df = read_stream(spark, spec.schema, Path(task.source), task.files_per_trigger)
-        if task.workload == "scaling" and contender.build_initial is not None:
-            out = contender.build_initial(ctx, df, initial_counts(spark, spec))
+        warmup = 1
+        if task.workload == "scaling":
+            out, warmup = _scaling_output(contender, ctx, task, result)
         else:
-            out = contender.build(ctx, df)
+            out = contender.build(ctx, read_stream(spark, spec.schema, Path(task.source), task.files_per_trigger))
         collected: list = []
         writer = out.writeStream.outputMode(contender.output_mode)
         if task.verify:
@@ -152,11 +181,12 @@ def execute(spark: Any, task: Task) -> dict:
         if not finished:
             result["error"] = f"timed out after {task.timeout_s:g} s"
             query.stop()
-        progress = [json.loads(p.json) for p in query.recentProgress]
+        # PySpark 4 gives StreamingQueryProgress objects, 3.5 dicts
+        progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
         rows = sum(p.get("numInputRows", 0) for p in progress)
         result.update(events=rows, seconds=round(elapsed, 3),
                       events_per_s=round(rows / elapsed, 1) if elapsed > 0 and not result["error"] else None)
-        result.update(summarize_batches(progress))
+        result.update(summarize_batches(progress, warmup))
         if result["error"]:
             result["steady_events_per_s"] = None
         result.update(state_size(progress))
