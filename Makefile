@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test jvm-archive bench bench-loop bench-latency bench-scaleout soak install clean pg kafka s3 fuzz
+.PHONY: demo test jvm-archive bench bench-35 bench-loop bench-latency bench-scaleout soak install clean pg kafka s3 fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,15 @@ bench: $(STAMP)
 
 bench-loop: $(STAMP)
 	$(PY) -m benchmarks.loop $(LOOP_ARGS)
+
+# Speed on PySpark 3.5 (issue 38; benchmarks/README.md, "PySpark 3.5"): the running count and event-time
+# sessions at 50K and 1M keys, Java and raw applyInPandasWithState beside sparkstate's inband engine,
+# then the state cost (100K and 10M keys in state, 10K touched per batch); each contender in its own
+# JVM, in the version matrix's 3.5 venv (`python -m tests.versions.venvs` makes it), this checkout's
+# sources first. About 1.5 hours on a quiet 2-core machine; BENCH35_ARGS="--quick" checks the wiring.
+BENCH35 := --pyspark 3.5 --workload all --high-cardinality --scaling --contenders java pyspark-pandas sparkstate-inband
+bench-35: $(STAMP)
+	$(PY) -m benchmarks.run $(BENCH35) $(BENCH35_ARGS)
 
 # Latency (benchmarks/latency.py): Kafka in -> the stateful job -> Kafka out through a local broker,
 # each contender in its own JVM: the one-record floor, p50/p95/p99 at fixed rates, the sustained rate.

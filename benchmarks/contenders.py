@@ -269,10 +269,8 @@ def _registry(workload: str) -> list[Contender]:
                       _java_sessions, "append", conf=UNSAFEROW, reference=True),
             Contender("pyspark-tws", "sessions", "pyspark", "raw PySpark transformWithState sessionizer, event time",
                       _tws_sessions, "append", needs=tws_rows),
-            # The user's raw alternative where Spark has no transformWithState (3.5); elsewhere only when named.
             Contender("pyspark-pandas", "sessions", "pyspark", "raw PySpark applyInPandasWithState sessionizer,"
-                      " event-time timeout", _pandas_sessions, "append", conf=UNSAFEROW,
-                      by_default=not runtime.has(tws_rows)),
+                      " event-time timeout", _pandas_sessions, "append", conf=UNSAFEROW),
         ]
         if sessionize_takes_engine():
             for name in engines():

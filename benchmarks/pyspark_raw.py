@@ -18,6 +18,7 @@ The sessionizers share :func:`split_final`, the semantics of ``sparkstate.pipeli
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -33,8 +34,10 @@ except ImportError:  # PySpark before 4.1 has no transformWithState: its contend
 COUNT_OUTPUT = "user string, count long"
 COUNT_STATE = "count long"
 SESSION_STATE = "times array<long>, lasts array<boolean>, events array<string>, timer_ms long"
-#: The applyInPandasWithState sessionizer's state: the pending events (its timeout is Spark's own).
-PANDAS_SESSION_STATE = "times array<long>, lasts array<boolean>, events array<string>"
+#: The applyInPandasWithState sessionizer's state: the pending events, pickled (its timeout is
+#: Spark's own). Not as arrays: PySpark 4.3's worker cannot read an array in that state's schema
+#: (``KeyError: 'elementType'``), and one program runs on every minor.
+PANDAS_SESSION_STATE = "pending binary"
 
 
 class TwsCounter(StatefulProcessor):
@@ -207,7 +210,7 @@ def _epoch_ms(times: pd.Series) -> list[int]:
 
 class PandasSessionizer:
     """The same sessionizer with ``applyInPandasWithState`` (event-time timeout, append): the
-    pending events are the state (:data:`PANDAS_SESSION_STATE`), the timeout is Spark's
+    pending events, as (times, lasts, data) lists, are the state (:data:`PANDAS_SESSION_STATE`), the timeout is Spark's
     ``setTimeoutTimestamp`` at :func:`final_at` of the first open session (GroupState fires it
     once the watermark is past it). Called with the key's frames, or with none when it timed out."""
 
@@ -217,7 +220,7 @@ class PandasSessionizer:
     def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         events: list = []
         if state.exists:
-            times, lasts, data = state.get
+            times, lasts, data = pickle.loads(state.get[0])
             events = list(zip(times, lasts, data))
         for f in frames:
             if f.empty:  # a key whose timeout fired comes with no rows
@@ -225,7 +228,7 @@ class PandasSessionizer:
             events += zip(_epoch_ms(f["event_time"]), f["is_last"].tolist(), f["data"].tolist())
         final, rest = split_final(events, state.getCurrentWatermarkMs(), self.gap_ms)
         if rest:
-            state.update(_flatten(rest))
+            state.update((pickle.dumps(_flatten(rest)),))
             state.setTimeoutTimestamp(final_at(rest[0], self.gap_ms))
         elif state.exists:
             state.remove()

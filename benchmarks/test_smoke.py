@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+from sparkstate.io.connectors import PYSPARK_VERSIONS
 
 from benchmarks.contenders import contenders
 from benchmarks.data import Workload
@@ -69,3 +72,55 @@ def test_steady_and_high_cardinality_plan() -> None:
     apply_quick(args)
     cells, _ = plan(args)
     assert sorted({c.spec.keys for c in cells}) == [500, 4_000]  # the tiny stand-in for 1M
+
+
+def test_the_3_5_figures_plan() -> None:
+    """`make bench-35`'s cells: count and sessions at 50K and 1M keys with Java, raw
+    applyInPandasWithState and the inband engine, then the state cost at 100K and 10M keys in
+    state with the contenders whose preload is not a per-key Python call (not pyspark-pandas)."""
+    args = parser().parse_args(["--workload", "all", "--high-cardinality", "--scaling",
+                                "--contenders", "java", "pyspark-pandas", "sparkstate-inband"])
+    cells, _ = plan(args)
+    got = {(c.workload, getattr(c.spec, "keys", None) or c.spec.state_keys): [x.name for x in c.contenders]
+           for c in cells}
+    assert got == {
+        ("count", 50_000): ["java-mgws", "pyspark-pandas", "sparkstate-inband"],
+        ("count", 1_000_000): ["java-mgws", "pyspark-pandas", "sparkstate-inband"],
+        ("sessions", 50_000): ["java-fmgws", "pyspark-pandas", "sparkstate-inband"],
+        ("sessions", 1_000_000): ["java-fmgws", "pyspark-pandas", "sparkstate-inband"],
+        ("scaling", 100_000): ["java-mgws", "sparkstate-inband"],
+        ("scaling", 10_000_000): ["java-mgws", "sparkstate-inband"],
+    }
+    assert all(c.spec.touched == 10_000 for c in cells if c.workload == "scaling")
+    # --scaling alone is the scaling run only, and a contender named there runs whatever its preload
+    alone, _ = plan(parser().parse_args(["--scaling", "--contenders", "pyspark-pandas"]))
+    assert [(c.workload, [x.name for x in c.contenders]) for c in alone] == [("scaling", ["pyspark-pandas"])] * 2
+
+
+def test_a_contender_this_minor_lacks_is_left_out_of_the_list() -> None:
+    every = {(c.workload, c.name): c for kind in ("count", "sessions") for c in contenders(kind, every_minor=True)}
+    here = {(c.workload, c.name) for kind in ("count", "sessions") for c in contenders(kind)}
+    assert here == {k for k, c in every.items() if c.available}
+    assert replace(every[("count", "pyspark-tws")], needs=(99, 0)).available is False
+    # the raw applyInPandasWithState contenders and the engine of 3.5 run on every supported minor
+    for key in [("count", "pyspark-pandas"), ("sessions", "pyspark-pandas"), ("count", "sparkstate-inband"),
+                ("sessions", "sparkstate-inband"), ("count", "java-mgws"), ("sessions", "java-fmgws")]:
+        assert every[key].needs is None and key in here, key
+
+
+def test_pyspark_3_5_runs_in_its_venv_or_says_how_to_make_it() -> None:
+    from tests.versions import venvs
+
+    done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--pyspark", "3.5", "--list"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if venvs.python(PYSPARK_VERSIONS["3.5"][0]).exists():
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines = done.stdout.splitlines()
+        assert lines[0] == "PySpark 3.5"
+        left_out = {tuple(ln.split()[:2]) for ln in lines[1:] if "left out: needs PySpark" in ln}
+        assert left_out == {("count", "pyspark-tws"), ("count", "sparkstate-tws"), ("count", "sparkstate-batched"),
+                            ("count", "sparkstate-vectorized"), ("sessions", "pyspark-tws"),
+                            ("sessions", "sparkstate-tws"), ("sessions", "sparkstate-batched"),
+                            ("sessions", "sparkstate-perkey")}
+    else:
+        assert done.returncode == 2 and "python -m tests.versions.venvs" in done.stderr
