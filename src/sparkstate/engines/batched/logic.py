@@ -15,11 +15,12 @@ Entries are those of the per-key loop, so a checkpoint written either way goes o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+from pyspark.sql.types import StructType
 
-from ..base import BucketCall
+from ..base import BucketCall, StatePlan
 from ..row_values import arrow_column_converter
 from ..runtime import arrow_type
 from .bucket_store import BucketStore
@@ -42,12 +43,10 @@ class LogicCalls:
     entries (see the module doc). Needs the processor's ``plan``, ``value_schema``, ``input`` (a
     :class:`~.grouping.Grouper`) and ``frame`` (the encoder of output rows)."""
 
-    plan: Any
-    value_schema: Any
+    plan: StatePlan
+    value_schema: StructType
     input: Grouper
-
-    def frame(self, outputs: list, owners: list) -> Any:
-        raise NotImplementedError
+    frame: Callable[[list, list], Any]
 
     def prepare_logic(self) -> None:
         plan = self.plan
