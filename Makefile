@@ -84,8 +84,10 @@ bench-loop: $(STAMP)
 # sessions at 50K and 1M keys, Java and raw applyInPandasWithState beside sparkstate's inband engine,
 # then the state cost (100K and 10M keys in state, 10K touched per batch); each contender in its own
 # JVM, in the version matrix's 3.5 venv (`python -m tests.versions.venvs` makes it), this checkout's
-# sources first. About 1.5 hours on a quiet 2-core machine; BENCH35_ARGS="--quick" checks the wiring.
-BENCH35 := --pyspark 3.5 --workload all --high-cardinality --scaling --contenders java pyspark-pandas sparkstate-inband
+# sources first. About 2 hours on a quiet 2-core machine (raw applyInPandasWithState at 1M keys is most of
+# it: one Python call per key and batch, and per timeout); BENCH35_ARGS="--quick" checks the wiring.
+BENCH35 := --pyspark 3.5 --workload all --high-cardinality --scaling --contenders java pyspark-pandas sparkstate-inband \
+	--timeout 7200
 bench-35: $(STAMP)
 	$(PY) -m benchmarks.run $(BENCH35) $(BENCH35_ARGS)
 

@@ -200,12 +200,10 @@ class TwsSessionizer(StatefulProcessor):
         pass
 
 
-_EPOCH = pd.Timestamp(0, tz="UTC")
-
-
 def _epoch_ms(times: pd.Series) -> list[int]:
-    """A timestamp column as epoch milliseconds (naive values are the session's time zone: UTC here)."""
-    return ((pd.to_datetime(times, utc=True) - _EPOCH) // pd.Timedelta(milliseconds=1)).tolist()
+    """A timestamp column as epoch milliseconds (PySpark hands it over naive, in the session's
+    time zone: UTC here; an aware column's values are UTC)."""
+    return times.values.astype("datetime64[ms]").astype("int64").tolist()
 
 
 class PandasSessionizer:
