@@ -18,6 +18,8 @@ GAP_MS = 1500
 
 # the engines of this PySpark minor: 3.5 has only the inband engine (the version matrix runs it there)
 ENGINES = ["tws", "batched"] if default_engine() == DEFAULT_ENGINE else [default_engine()]
+#: initial state on those, and on the inband engine on every minor (it stages the initial state itself)
+INITIAL_ENGINES = list(dict.fromkeys(ENGINES + ["inband"]))
 
 
 @pytest.fixture(params=ENGINES)
@@ -308,6 +310,7 @@ def seen_with_expiry(user, rows, state):
     return (user, s.count, s.last_page)
 
 
+@pytest.mark.parametrize("engine", INITIAL_ENGINES)
 def test_initial_state_with_pending_timeouts_for_map_groups_with_state(spark, tmp_path, engine):
     # The layout of an export: key, the state's fields, timeout_ms (null: no timeout pending).
     initial = spark.createDataFrame(
