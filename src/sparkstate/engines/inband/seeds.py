@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from ... import fs
-from ...errors import ConfigError, StateSchemaError
+from ...errors import ConfigError, StateSchemaError, explain
 from ..base import INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, StatePlan, initial_key_column
 from ..batched.layout import BUCKET_COLUMN, HASH_COLUMN
 from ..rules import initial_timeout
@@ -46,26 +46,13 @@ SEED_DIR = "sparkstate-initial-state"
 _EMPTY = pickle.dumps({}, PICKLE_PROTOCOL)
 
 
-def refuse_duplicates(initial: "DataFrame", plan: StatePlan) -> None:
-    """One line naming a key that the initial state holds more than once (Spark refuses those too)."""
-    from pyspark.sql import functions as F
-
-    keys = [initial_key_column(i) for i in range(len(plan.key_columns))]
-    twice = initial.groupBy(*keys).count().where(F.col("count") > 1).limit(1).collect()
-    if twice:
-        row = twice[0]
-        key = row[0] if len(keys) == 1 else tuple(row[:len(keys)])
-        raise ConfigError(f"{plan.operator}: initial_state holds key {key!r} {row['count']} times; give each key"
-                          " one row (Spark refuses duplicate keys in an initial state)")
-
-
 def seed_frame(initial: "DataFrame", plan: StatePlan, buckets: int) -> "DataFrame":
     """The seeds of ``initial`` (the engine's initial-state layout, see
     :meth:`~sparkstate.engines.base.Engine.apply`): one row ``(bucket, seed)`` for each of the
-    ``buckets``, built on the executors (the keys hashed like the input's)."""
+    ``buckets``, built on the executors (the keys hashed like the input's). A key given twice
+    fails the job that builds them (:class:`ConfigError`), as Spark refuses duplicate keys."""
     from pyspark.sql import functions as F
 
-    refuse_duplicates(initial, plan)
     spark = initial.sparkSession
     n_keys = len(plan.key_columns)
     key_cols = [initial_key_column(i) for i in range(n_keys)]
@@ -103,7 +90,11 @@ def _builder(plan: StatePlan) -> Any:
                 except Exception as exc:
                     raise StateSchemaError(f"{operator}: the initial state of key {k!r} cannot be stored: {exc}") from None
                 t = initial_timeout(conf, r.get(INITIAL_TIMEOUT_COLUMN) if has_timeout else None, None, 0)
-                seeds.setdefault(r[BUCKET_COLUMN], {})[k] = [cols, t, r[HASH_COLUMN]]
+                entries = seeds.setdefault(r[BUCKET_COLUMN], {})
+                if k in entries:
+                    raise ConfigError(f"{operator}: initial_state holds key {k!r} more than once; give each key one"
+                                      " row (Spark refuses duplicate keys in an initial state)")
+                entries[k] = [cols, t, r[HASH_COLUMN]]
         if seeds:
             yield pa.RecordBatch.from_arrays(
                 [pa.array(list(seeds), pa.int32()),
@@ -136,8 +127,20 @@ def stage(seeds: "DataFrame", checkpoint: str | None) -> str:
                 "initial_state on the inband engine is staged as files the query reads in its first batch: pass the"
                 " operator checkpoint= (the query's checkpoint; the files go beside its state), or set"
                 " spark.sql.streaming.checkpointLocation")
-    seeds.write.mode("overwrite").parquet(path)
+    try:
+        seeds.write.mode("overwrite").parquet(path)
+    except Exception as exc:  # a refusal of the builder (a duplicate key, a value that cannot be stored)
+        raise _ours(exc) from None
     return path
+
+
+def _ours(exc: Exception) -> Exception:
+    """The sparkstate error a failed Spark job carries from its Python worker, else ``exc``."""
+    name, _, message = explain(exc).partition(": ")
+    for cls in (ConfigError, StateSchemaError):
+        if name == cls.__name__:
+            return cls(message)
+    return exc
 
 
 def _conf(spark: "SparkSession", name: str) -> str | None:
