@@ -29,8 +29,9 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from ... import fs
 from ...errors import ConfigError, StateSchemaError, explain
-from ..base import INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, StatePlan, initial_key_column
-from ..batched.layout import BUCKET_COLUMN, HASH_COLUMN
+from ..base import PICKLE_PROTOCOL, StatePlan
+from ..batched.layout import BUCKET_COLUMN
+from ..batched.initial import InitialEntries, hashed
 from ..rules import initial_timeout
 
 if TYPE_CHECKING:
@@ -54,10 +55,7 @@ def seed_frame(initial: "DataFrame", plan: StatePlan, buckets: int) -> "DataFram
     from pyspark.sql import functions as F
 
     spark = initial.sparkSession
-    n_keys = len(plan.key_columns)
-    key_cols = [initial_key_column(i) for i in range(n_keys)]
-    h = F.xxhash64(*[F.col(c) for c in key_cols])
-    rows = initial.select("*", F.pmod(h, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN), h.alias(HASH_COLUMN))
+    rows = hashed(initial, plan, buckets)
     try:
         parts = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions") or 1)))
     except (TypeError, ValueError):
@@ -70,31 +68,15 @@ def seed_frame(initial: "DataFrame", plan: StatePlan, buckets: int) -> "DataFram
 
 def _builder(plan: StatePlan) -> Any:
     """The ``mapInArrow`` function packing a partition's initial rows (whole buckets) into seeds."""
-    n_keys = len(plan.key_columns)
-    key_cols = [initial_key_column(i) for i in range(n_keys)]
-    fields = list(plan.state_codec.fields)
-    has_timeout = plan.initial_has_timeout
-    conf = plan.timeout
-    operator = plan.operator
+    initial = InitialEntries(plan)
 
     def build(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        codec = plan.state_codec  # the plan, not the codec, is captured: it reaches the worker guarded
         seeds: dict = {}
         for batch in batches:
-            for r in batch.to_pylist():
-                k = r[key_cols[0]] if n_keys == 1 else tuple(r[c] for c in key_cols)
-                try:
-                    cols = codec.encode_columns(codec.decode_columns(tuple(r[f] for f in fields)))
-                except Exception as exc:
-                    raise StateSchemaError(f"{operator}: the initial state of key {k!r} cannot be stored: {exc}") from None
-                t = initial_timeout(conf, r.get(INITIAL_TIMEOUT_COLUMN) if has_timeout else None, None, 0)
-                entries = seeds.setdefault(r[BUCKET_COLUMN], {})
-                if k in entries:
-                    raise ConfigError(f"{operator}: initial_state holds key {k!r} more than once; give each key one"
-                                      " row (Spark refuses duplicate keys in an initial state)")
-                entries[k] = [cols, t, r[HASH_COLUMN]]
+            for bucket, k, entry in initial.rows(batch.to_pylist()):
+                initial.add(seeds.setdefault(bucket, {}), k, entry)
         if seeds:
             yield pa.RecordBatch.from_arrays(
                 [pa.array(list(seeds), pa.int32()),
