@@ -1,8 +1,9 @@
 """What the installed PySpark offers the engines: the one place that knows which minor has what.
 
-- ``transformWithStateInPandas`` (4.0 and later): the batched engine.
-- ``transformWithState`` with Rows (4.1 and later): the tws engine, and Spark's per-key TTL
-  (``state_ttl``) through it.
+- ``transformWithStateInPandas`` (4.0 and later): the batched engine, and the tws engine (with
+  Spark's per-key TTL, ``state_ttl``) on 4.0, its rows handed over as pandas frames.
+- ``transformWithState`` with Rows (4.1 and later): the tws engine takes Rows (the same state
+  and TTL as on 4.0, without the pandas round trip).
 - ``applyInPandasWithState`` (3.4 and later): the inband engine, the default where the two
   above are absent.
 - the ``statestore`` and ``state-metadata`` readers (4.0 and later): the state tools on the
