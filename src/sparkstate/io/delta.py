@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..engines.runtime import collect_arrow
 from ..errors import ConfigError, SinkError
 from .query_id import batch_query_id
 
@@ -154,20 +155,6 @@ def executors_write(spark) -> bool:
         log.warning("delta-spark is on the classpath but the session lacks %s; writing Delta from the driver"
                     " (delta-rs)", ", ".join(f"{k}={v}" for k, v in connectors.DELTA_SESSION.items()))
     return configured
-
-
-def collect_arrow(batch_df: "DataFrame"):
-    """The batch as one pyarrow Table on the driver (``toArrow``: PySpark 4.0 and later; on 3.5
-    from the Arrow batches ``toPandas`` is built from, with the batch's schema)."""
-    if hasattr(batch_df, "toArrow"):
-        return batch_df.toArrow()
-    import pyarrow as pa
-
-    from ..engines.runtime import arrow_type
-
-    schema = pa.schema([pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in batch_df.schema.fields])
-    batches = batch_df._collect_as_arrow()  # type: ignore[operator]  # PySpark 3.5: toArrow came in 4.0
-    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
 def read_delta(path: str, storage_options: dict[str, str] | None = None):
