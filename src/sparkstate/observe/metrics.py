@@ -24,10 +24,7 @@ field                        from
                              (malformed records) plus the ``rejected`` of :data:`OUTPUT_OBSERVATION`
                              (records the pipeline refused, e.g. late events)
 ``late``                     the ``late`` of :data:`OUTPUT_OBSERVATION`: events refused as
-                             older than the watermark (sessionize; ``None`` for other pipelines,
-                             and on PySpark 3.5 for a batch without new data, for which Spark
-                             3.5 reports no observed metrics: then ``rows_out`` and ``timed_out``
-                             are ``None`` too, unless the sink counts its rows)
+                             older than the watermark (sessionize; ``None`` for other pipelines)
 ``rows_dropped_by_watermark`` the operators' ``numRowsDroppedByWatermark``: rows Spark dropped
                              as late without the pipeline seeing them (0 for sessionize jobs)
 ``backlog``                  records the source had beyond this batch's end: the source's
