@@ -54,6 +54,16 @@ WITHOUT_TRANSFORM_WITH_STATE = [
 #: The releases whose state client the batched engine sends windows of requests to
 #: (sparkstate.engines.batched.wire: 4.1 and later; 4.0 gets the public one-by-one calls).
 WINDOWS = ["tests/engines/test_batched_wire.py"]
+#: PySpark 4.0 only: the tws engine on transformWithStateInPandas (engines/tws/pandas_processor.py),
+#: with Spark's per-key state TTL, timeouts and initial state (4.1 and later run it on Rows).
+TWS_ON_PANDAS = [
+    "tests/engines/test_engines.py::test_state_ttl_drops_state_not_updated_for_that_long",
+    "tests/engines/test_engines.py::test_harness_and_engines_agree_on_scripted_scenario[tws-expire]",
+    "tests/engines/test_engines.py::test_initial_state_with_pending_timeouts_for_map_groups_with_state[tws]",
+]
+#: Delta from the executors with delta-spark on 3.5 (fetched with the connectors), from the driver
+#: with delta-rs elsewhere: the same table read back with deltalake.
+SUBSET += ["tests/io/test_delta.py::test_delta_sink_writes_from_the_executors_where_delta_spark_fits"]
 
 
 def subset(minor: str) -> list[str]:
@@ -61,6 +71,7 @@ def subset(minor: str) -> list[str]:
     engine = default_engine(runtime.minor_of(minor))
     tests = SUBSET + (WITH_TRANSFORM_WITH_STATE if engine == DEFAULT_ENGINE else WITHOUT_TRANSFORM_WITH_STATE)
     tests += WINDOWS if runtime.minor_of(minor) >= (4, 1) else []
+    tests += TWS_ON_PANDAS if runtime.minor_of(minor) == (4, 0) else []
     return [t.format(engine=engine) for t in tests]
 
 

@@ -23,8 +23,8 @@ def _count(key, rows, state):
 @pytest.mark.parametrize("case, feature, message", [
     ("batched", runtime.TRANSFORM_WITH_STATE_IN_PANDAS,
      "engine='batched' (Spark's transformWithStateInPandas) needs PySpark 4.0"),
-    ("tws", runtime.TRANSFORM_WITH_STATE_ROWS, "engine='tws' (Spark's transformWithState with Rows) needs PySpark 4.1"),
-    ("ttl", runtime.TRANSFORM_WITH_STATE_ROWS, "state_ttl (Spark's per-key TTL of transformWithState) needs PySpark 4.1"),
+    ("tws", runtime.TRANSFORM_WITH_STATE_IN_PANDAS, "engine='tws' (Spark's transformWithState) needs PySpark 4.0"),
+    ("ttl", runtime.TRANSFORM_WITH_STATE_IN_PANDAS, "state_ttl (Spark's per-key TTL of transformWithState) needs PySpark 4.0"),
 ])
 def test_what_this_minor_lacks_is_one_line_naming_the_minor_that_has_it(spark, tmp_path, case, feature, message):
     land = LandingDir(tmp_path / "in")
