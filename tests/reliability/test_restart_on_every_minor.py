@@ -44,7 +44,6 @@ def test_sessionize_killed_and_restarted_equals_the_reference_and_the_state_tool
         assert job.run_to_end(RUN_TIMEOUT_S) == 0, job.log.read_text()[-3000:]
     finally:
         assert job.leftovers() == [], "processes of the job outlived it"
-    print(f"\nkilled at {kill.point} of batch {kill.batch}; runs took {job.seconds} s")
 
     events = [r.event for r in records if r.is_valid]
     final_ms = job.checkpoint.watermark_ms(job.checkpoint.last_planned())
@@ -76,3 +75,4 @@ def test_sessionize_killed_and_restarted_equals_the_reference_and_the_state_tool
     stats = capsys.readouterr().out
     assert f"keys: {len(users)} ({len(users)} with a pending timeout)" in stats
     assert f"layout: {default_engine()} engine" in stats and "partition 0:" in stats
+    print(f"\nkilled at {kill.point} of batch {kill.batch}; runs took {job.seconds} s")
