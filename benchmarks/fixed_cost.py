@@ -10,6 +10,7 @@ the py4j calls the driver's Python made (every ``GatewayClient.send_command``: t
     python -m benchmarks.fixed_cost --what run-count          # sparkstate run running-count: files in, parquet out
     python -m benchmarks.fixed_cost --what run-sessionize     # sparkstate run sessionize: files in, parquet out
     python -m benchmarks.fixed_cost --what operator           # ss.map_groups_with_state (batched), Spark's noop sink
+    python -m benchmarks.fixed_cost --what run-count --sink kafka   # the same job, Kafka out (a local broker)
 """
 
 from __future__ import annotations
@@ -140,11 +141,26 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--trigger", default="100 milliseconds")
     ap.add_argument("--out", default=None, help="write the per-batch counts here (JSON)")
+    ap.add_argument("--sink", choices=["parquet", "kafka"], default="parquet",
+                    help="the job's output (run-*): Parquet files, or a topic of a local Kafka broker")
     args = ap.parse_args()
+    if args.sink == "kafka" and args.what != "operator":
+        from sparkstate.io import kafka_broker
+
+        with kafka_broker.start() as broker:
+            broker.create_topic("out", partitions=2)
+            measure(args, f"kafka:{broker.bootstrap}/out")
+    else:
+        measure(args, None)
+
+
+def measure(args: argparse.Namespace, sink: str | None) -> None:
     _count_py4j_calls()
     import sparkstate as ss
 
-    spark = ss.spark_session()
+    from sparkstate.io import connectors
+
+    spark = ss.spark_session(config=connectors.spark_settings(kafka=True) if sink else None)
     work = tempfile.mkdtemp(prefix="fixedcost-")
     inp = os.path.join(work, "in")
     os.mkdir(inp)
@@ -175,7 +191,7 @@ def main() -> None:
         from sparkstate.jobs.run import run_pipeline
 
         pipeline = "running-count" if args.what == "run-count" else "sessionize"
-        config = JobConfig(pipeline, source=f"files:{inp}", sink=f"parquet:{work}/out", checkpoint=f"{work}/ck",
+        config = JobConfig(pipeline, source=f"files:{inp}", sink=sink or f"parquet:{work}/out", checkpoint=f"{work}/ck",
                            deadletter=f"json:{work}/dead", trigger=args.trigger)
 
         def run() -> None:
@@ -208,12 +224,13 @@ def main() -> None:
     skip = 2  # the first small batches compile what the warm-up's plan did not
     med = {k: statistics.median(r[k] for r in rows[skip:]) for k in rows[0] if k != "duration_ms"}
     med["triggerExecution_ms"] = statistics.median(r["duration_ms"]["triggerExecution"] for r in rows[skip:])
-    print(json.dumps({"what": args.what, "keys": args.keys, "median_per_batch": med}, indent=1))
+    print(json.dumps({"what": args.what, "sink": args.sink, "keys": args.keys, "median_per_batch": med}, indent=1))
     for r in rows:
         print({k: v for k, v in r.items() if k != "duration_ms"}, r["duration_ms"].get("triggerExecution"))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"what": args.what, "keys": args.keys, "median_per_batch": med, "batches": rows}, f, indent=1)
+            json.dump({"what": args.what, "sink": args.sink, "keys": args.keys, "median_per_batch": med,
+                       "batches": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ last event. Nothing is taken from the job's own clock.
 Contenders: Java ``mapGroupsWithState`` / ``flatMapGroupsWithState`` (the reference), raw
 PySpark ``transformWithState``, sparkstate's batched engine (``map_groups_with_state``, and
 ``sessionize``), ``map_batches_with_state`` (count), and ``sparkstate run``'s own job (the CLI
-command, with its default trigger unless ``--run-trigger`` says otherwise). A JSON copy of every
+command, with its default trigger unless ``--run-trigger`` says otherwise; ``--run-triggers`` adds one
+job per trigger, ``sparkstate-run@TRIGGER``, to compare triggers in one run). A JSON copy of every
 figure goes to ``benchmarks/results/latency-*.json``.
 """
 
@@ -32,6 +33,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -188,7 +190,8 @@ class Bench:
             [str(ROOT), str(ROOT / "src")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
         log = open(self.work / f"{tag}.log", "w")
         checkpoint = self.work / f"{tag}-checkpoint"
-        if contender == "sparkstate-run":
+        if contender.startswith("sparkstate-run"):
+            trigger = contender.partition("@")[2] or self.args.run_trigger
             pipeline = ["running-count"] if workload == "count" else [
                 "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", "1 minute", "--watermark", "10 seconds"]
             cmd = [sys.executable, "-m", "sparkstate.cli", "run", *pipeline,
@@ -196,8 +199,8 @@ class Bench:
                    "--deadletter", f"json:{self.work / (tag + '-deadletter')}",
                    "--checkpoint", str(checkpoint), "--option", "startingOffsets=earliest", "--no-progress",
                    "--metrics", str(self.work / f"{tag}-metrics.jsonl")]
-            if self.args.run_trigger:
-                cmd += ["--trigger", self.args.run_trigger]
+            if trigger:
+                cmd += ["--trigger", trigger]
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work)
             return proc, None
         task = JobTask(contender=contender, workload=workload, bootstrap=self.bootstrap, topic_in=topic_in,
@@ -228,7 +231,7 @@ class Bench:
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        tag = f"{workload_name}-{contender}-{uuid.uuid4().hex[:6]}"
+        tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"{workload_name}-{contender}-{uuid.uuid4().hex[:6]}")
         topic_in, topic_out = f"{tag}-in", f"{tag}-out"
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         futures = admin.create_topics([NewTopic(t, num_partitions=PARTITIONS, replication_factor=1,
@@ -422,6 +425,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--floor", type=int, default=10, help="single records of the floor phase (default: 10)")
     p.add_argument("--backlog", type=int, default=200_000, help="events of the backlog phase (0: none)")
     p.add_argument("--run-trigger", default=None, help="--trigger for sparkstate run's job (default: its own)")
+    p.add_argument("--run-triggers", type=lambda s: [t.strip() for t in s.split(",") if t.strip()], default=[],
+                   help="more sparkstate run jobs, one per trigger (comma-separated, e.g. '100 milliseconds'):"
+                        " contenders sparkstate-run@TRIGGER, to compare triggers in one run")
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--work", default=None,
@@ -449,7 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         with kafka_broker.start() as broker:
             bench = Bench(args, broker.bootstrap, jar, work)
             for w in workloads:
-                for name in CONTENDERS[w]:
+                names = [n for c in CONTENDERS[w] for n in
+                         ([c] + [f"{c}@{t}" for t in args.run_triggers] if c == "sparkstate-run" else [c])]
+                for name in names:
                     if args.contenders and not any(name.startswith(c) for c in args.contenders):
                         continue
                     print(f"{w}: {name} ...", flush=True)
