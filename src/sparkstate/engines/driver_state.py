@@ -12,8 +12,9 @@ query reads them, on every filesystem Spark reaches (local, ``s3a://``, ...):
 - ``StateStoreProvider.createAndInit(providerId, keySchema, valueSchema, 0, storeConf,
   hadoopConf)``, with the provider class and state settings of the checkpoint's offset log;
 - ``provider.getReadStore(version).iterator()``: each row's key and value (``UnsafeRow``),
-  turned into Python values field by field with the row's accessors; ``version`` is the batch
-  id + 1, as Spark numbers a store's versions.
+  turned into a ``Row`` in the JVM (``CatalystTypeConverters``) and made a DataFrame there
+  (Spark's Java ``createDataFrame``): no value crosses py4j; ``version`` is the batch id + 1, as
+  Spark numbers a store's versions.
 
 Each partition's store is opened, read and closed in turn: meant for states of few rows (the
 inband engine keeps one row per bucket), read by the offline tools.
@@ -25,10 +26,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.types import (
-    BinaryType, BooleanType, ByteType, DataType, DoubleType, FloatType, IntegerType, LongType, ShortType, StringType,
-    StructField, StructType,
-)
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 from .. import fs
 from ..errors import ConfigError, StateSchemaError
@@ -103,67 +101,52 @@ def checkpoint_conf(spark: "SparkSession", checkpoint: str, batch_id: int) -> di
     return {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
 
 
-_SCALARS: dict[type, str] = {
-    BooleanType: "getBoolean", ByteType: "getByte", ShortType: "getShort", IntegerType: "getInt",
-    LongType: "getLong", FloatType: "getFloat", DoubleType: "getDouble",
-}
-
-
-def _value(row: Any, i: int, dt: DataType) -> Any:
-    if row.isNullAt(i):
-        return None
-    if isinstance(dt, StructType):
-        return _values(row.getStruct(i, len(dt.fields)), dt)
-    if isinstance(dt, BinaryType):
-        return bytes(row.getBinary(i))
-    if isinstance(dt, StringType):
-        return row.getUTF8String(i).toString()
-    getter = _SCALARS.get(type(dt))
-    if getter is None:
-        raise StateSchemaError(f"a state row's {dt.simpleString()} column cannot be read on PySpark 3.5 (only"
-                               " numbers, booleans, strings, binary and structs of them)")
-    return getattr(row, getter)(i)
-
-
-def _values(row: Any, schema: StructType) -> tuple:
-    return tuple(_value(row, i, f.dataType) for i, f in enumerate(schema.fields))
-
-
 def rows_schema(key_schema: StructType, value_schema: StructType) -> StructType:
-    """The shape of :func:`rows`: that of Spark's ``statestore`` reader (4.0 and later)."""
+    """The columns of :func:`state_rows`: those of Spark's ``statestore`` reader (4.0 and later)."""
     return StructType([StructField("key", key_schema, True), StructField("value", value_schema, True),
                        StructField("partition_id", IntegerType(), True)])
 
 
-def rows(spark: "SparkSession", checkpoint: str, operator_id: int, partitions: int, batch_id: int,
-         key_schema: StructType, value_schema: StructType, conf: dict[str, str]) -> list[tuple]:
-    """Every state row of an operator as of committed batch ``batch_id``: ``(key, value,
-    partition_id)``, key and value as tuples of :func:`schemas`' fields."""
+def _flat(key_schema: StructType, value_schema: StructType) -> StructType:
+    """A key row's fields, then its value row's, as one row (named apart): what a ``JoinedRow`` of
+    the two is."""
+    return StructType([StructField(f"k{i}", f.dataType, True) for i, f in enumerate(key_schema.fields)]
+                      + [StructField(f"v{i}", f.dataType, True) for i, f in enumerate(value_schema.fields)])
+
+
+def rows(spark: "SparkSession", checkpoint: str, operator_id: int, partition: int, batch_id: int,
+         key_schema: StructType, value_schema: StructType, conf: dict[str, str]) -> "DataFrame":
+    """One partition's state rows as of committed batch ``batch_id``, as a DataFrame of
+    :func:`_flat`'s columns. The rows stay in the JVM: each ``UnsafeRow`` pair is turned into a
+    ``Row`` there (Spark's ``CatalystTypeConverters``) and the DataFrame made of the list (Spark's
+    Java ``createDataFrame``); only references cross py4j, never the (large) values."""
+    from pyspark.sql import DataFrame
+
     jvm = _jvm(spark)
-    store_conf = _store_conf(spark, conf)
-    hadoop = _hadoop_conf(spark)
-    create = _cls(jvm, "StateStoreProvider").createAndInit
-    out: list[tuple] = []
-    for p in range(partitions):
-        provider = create(_provider_id(spark, checkpoint, operator_id, p), _jschema(spark, key_schema),
-                          _jschema(spark, value_schema), 0, store_conf, hadoop)
+    flat = _jschema(spark, _flat(key_schema, value_schema))
+    to_row = jvm.org.apache.spark.sql.catalyst.CatalystTypeConverters.createToScalaConverter(flat)
+    joined = jvm.org.apache.spark.sql.catalyst.expressions.JoinedRow
+    out = jvm.java.util.ArrayList()
+    provider = _cls(jvm, "StateStoreProvider").createAndInit(
+        _provider_id(spark, checkpoint, operator_id, partition), _jschema(spark, key_schema),
+        _jschema(spark, value_schema), 0, _store_conf(spark, conf), _hadoop_conf(spark))
+    try:
         try:
-            try:
-                store = provider.getReadStore(int(batch_id) + 1)
-            except Exception as exc:
-                raise StateSchemaError(
-                    f"the state of batch {batch_id} (operator {operator_id}, partition {p}) is not in checkpoint"
-                    f" {checkpoint}: {_java_message(exc)}") from None
-            try:
-                it = store.iterator()
-                while it.hasNext():
-                    pair = it.next()
-                    out.append((_values(pair.key(), key_schema), _values(pair.value(), value_schema), p))
-            finally:
-                store.abort()
+            store = provider.getReadStore(int(batch_id) + 1)
+        except Exception as exc:
+            raise StateSchemaError(
+                f"the state of batch {batch_id} (operator {operator_id}, partition {partition}) is not in"
+                f" checkpoint {checkpoint}: {_java_message(exc)}") from None
+        try:
+            it = store.iterator()
+            while it.hasNext():
+                pair = it.next()
+                out.add(to_row.apply(joined(pair.key(), pair.value())))
         finally:
-            provider.close()
-    return out
+            store.abort()
+    finally:
+        provider.close()
+    return DataFrame(spark._jsparkSession.createDataFrame(out, flat), spark)  # type: ignore[attr-defined]
 
 
 def _jschema(spark: "SparkSession", schema: StructType) -> Any:
@@ -175,6 +158,10 @@ def state_rows(spark: "SparkSession", checkpoint: str | os.PathLike, operator: d
                batch_id: int) -> "DataFrame":
     """An operator's state rows as a DataFrame shaped as Spark 4's ``statestore`` reader gives
     them (:func:`rows_schema`), read on the driver as of committed batch ``batch_id``."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
     checkpoint = os.fspath(checkpoint)
     found = schemas(spark, checkpoint, operator["operator_id"])
     if found is None:
@@ -183,6 +170,11 @@ def state_rows(spark: "SparkSession", checkpoint: str | os.PathLike, operator: d
                                " false); its state cannot be read on PySpark 3.5")
     key_schema, value_schema = found
     conf = checkpoint_conf(spark, checkpoint, batch_id)
-    data = rows(spark, checkpoint, operator["operator_id"], operator["partitions"], batch_id, key_schema,
-                value_schema, conf)
-    return spark.createDataFrame(data, rows_schema(key_schema, value_schema))
+    key = F.struct(*[F.col(f"k{i}").alias(f.name) for i, f in enumerate(key_schema.fields)]).alias("key")
+    value = F.struct(*[F.col(f"v{i}").alias(f.name) for i, f in enumerate(value_schema.fields)]).alias("value")
+    parts = [rows(spark, checkpoint, operator["operator_id"], p, batch_id, key_schema, value_schema, conf)
+             .select(key, value, F.lit(p).cast("int").alias("partition_id"))
+             for p in range(operator["partitions"])]
+    if not parts:
+        return spark.createDataFrame([], rows_schema(key_schema, value_schema))
+    return reduce(lambda a, b: a.unionAll(b), parts)
