@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkstate.cli import main
+from sparkstate.engines import runtime
 from tests.streams import committed_files
 
 SCRIPT = Path(sys.executable).with_name("sparkstate")
@@ -130,7 +131,9 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
     assert sum(m["rows_in"] for m in output) == 302
     assert sum(m["dead_letters"] for m in output) == 2 and lines[-1]["dead_letters_total"] == 2
     assert sum(m["late"] for m in output) == 0 and sum(m["rows_dropped_by_watermark"] for m in output) == 0
-    assert all(isinstance(m["state_memory_bytes"], int) and m["state_memory_bytes"] > 0 for m in output)
+    assert all(isinstance(m["state_memory_bytes"], int) for m in output)
+    if runtime.pyspark_minor() != (4, 0):  # 4.0's transformWithStateInPandas reports its memory as 0
+        assert all(m["state_memory_bytes"] > 0 for m in output)
 
     # The sessions written equal the reference finished by the final watermark, exactly.
     per_batch = {

@@ -8,6 +8,7 @@ engine's for event time)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 
@@ -230,3 +231,88 @@ def test_a_state_of_the_single_session_layout_reads_back_as_in_the_per_key_path(
     assert outs[0] == outs[1]
     assert [r[4] for r in outs[0] if r[0] == "u1"] == [("/a", "/b", "/c", "/d")]
     assert leaves[0] == leaves[1]
+
+
+# --- the inband engine: the same logic over a bucket's one state row -------------------------------
+
+class InBandBucket:
+    """One bucket as Spark's applyInPandasWithState keeps it: its state row and its timeout, and a
+    call per micro-batch with input, or without input once the watermark is past the timeout; the
+    state handle is PySpark's own GroupState, read back as Spark reads it (``GroupState.json``)."""
+
+    def __init__(self, processor) -> None:
+        self.processor = processor
+        self.blob: bytes | None = None
+        self.timeout: int | None = None
+
+    def batch(self, frames: list, b: int, wm: int) -> list | None:
+        from pyspark.sql import Row
+        from pyspark.sql.streaming.state import GroupState
+
+        from sparkstate.engines.inband.layout import STATE_SCHEMA
+
+        timed_out = not frames and self.timeout is not None and self.timeout < wm
+        if not frames and not timed_out:
+            return None  # Spark does not call the bucket
+        gs = GroupState(None if self.blob is None else Row(self.blob), b, wm, "EventTimeTimeout", timed_out, True,
+                        self.blob is not None, False, False, -1, b"", STATE_SCHEMA)
+        out = list(self.processor((0,), iter(frames), gs))
+        done = json.loads(gs.json())
+        if done["removed"]:
+            self.blob = None
+        elif done["updated"]:
+            self.blob = gs.get[0]
+        self.timeout = None if self.blob is None or done["timeoutTimestamp"] == -1 else done["timeoutTimestamp"]
+        return out
+
+    def entries(self) -> dict:
+        from sparkstate.engines.inband.layout import Bucket
+
+        return {} if self.blob is None else Bucket.loads(self.blob).entries
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(k for k, v in s.items() if v) or "default")
+def test_the_inband_engine_runs_the_columnar_sessionizer_as_its_per_key_path(shape):
+    """Three buckets fed the same shuffled batches: the per-key path throughout (what released
+    sparkstate wrote), the logic throughout, and the per-key path for the first batches then the
+    logic on the state row it left (a checkpoint of the earlier release going on): the same output
+    rows, state rows and bucket timeouts after every batch. (Sessionize's input always has an
+    event-time column, so the inband engine takes it row by row.)"""
+    from sparkstate.engines.inband.processor import InBandLogicProcessor, InBandProcessor
+
+    plan, inputs = plan_for(**shape)
+    pack = False
+    schema = schema_for(inputs, pack)
+    emit = shape["emit"]
+    compared = sessions = refused = switched = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        per_key = InBandBucket(InBandProcessor(plan, 64, 1, schema, packed=pack, tz="UTC"))
+        logic = InBandBucket(InBandLogicProcessor(plan, 64, 1, schema, packed=pack, tz="UTC"))
+        later = InBandBucket(InBandProcessor(plan, 64, 1, schema, packed=pack, tz="UTC"))
+        switch_at = rng.randint(1, 4)
+        wm = 0
+        latest = 0
+        for b in range(rng.randint(1, 7)):
+            if b == switch_at:  # the same state row, now read by the logic
+                later.processor = InBandLogicProcessor(plan, 64, 1, schema, packed=pack, tz="UTC")
+                switched += bool(later.entries())
+            rows = events_for(rng, b, wm, emit)
+            outs = [bucket.batch([frame(rows, emit, shape["carry"])] if rows else [], b, wm)
+                    for bucket in (per_key, logic, later)]
+            assert (outs[0] is None) == (outs[1] is None) == (outs[2] is None)
+            outs = [canon(o or []) for o in outs]
+            assert outs[0] == outs[1] == outs[2], f"seed {seed}, batch {b}"
+            assert per_key.entries() == logic.entries() == later.entries(), f"seed {seed}, batch {b}"
+            assert per_key.timeout == logic.timeout == later.timeout
+            compared += 1
+            sessions += sum(1 for r in outs[0] if r[1] is not None)
+            refused += sum(1 for r in outs[0] if r[1] is None)
+            latest = max([latest] + [r[1] for r in rows if r[1] is not None])
+            wm = max(wm, latest - 20_000)
+        end = latest + 10 * GAP_MS  # the end of the stream: the watermark passes every session
+        outs = [canon(bucket.batch([], 99, end) or []) for bucket in (per_key, logic, later)]
+        assert outs[0] == outs[1] == outs[2], f"seed {seed}, last batch"
+        assert per_key.blob is logic.blob is later.blob is None  # every session was emitted
+    assert compared > 100 and sessions > 100 and switched > 5
+    assert refused > 10 if emit else refused == 0

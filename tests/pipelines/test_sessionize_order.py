@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from sparkstate.engines import DEFAULT_ENGINE, default_engine
+from sparkstate.engines import DEFAULT_ENGINE, InBandEngine, default_engine
 from sparkstate.group_state import GroupStateTimeout
 from sparkstate.synthetic import EVENT_SCHEMA, Event, Session, generate_events, reference_sessions
 from sparkstate.pipelines import sessionize
@@ -54,8 +54,9 @@ class Landing:
 
 GAP_MS = 60_000
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-# the engines of this PySpark minor: 3.5 has only the inband engine (the version matrix runs it there)
-ENGINES = ["tws", "batched"] if default_engine() == DEFAULT_ENGINE else [default_engine()]
+# the engines of this PySpark minor: 3.5 has only the inband engine (the version matrix runs it there);
+# event-time sessionize runs its columnar logic (SessionLogic) on batched and inband, its per-key function on tws
+ENGINES = ["tws", "batched", "inband"] if default_engine() == DEFAULT_ENGINE else [default_engine()]
 
 
 def _ms(t: datetime) -> int:
@@ -418,11 +419,18 @@ def test_another_shuffled_order_on_spark_equals_the_reference(spark, tmp_path, e
     assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
 
 
-@pytest.mark.parametrize("watermark_by", ["sessionize", "user"])
-def test_a_shuffled_order_with_late_emit_equals_the_reference_and_refuses_the_late(spark, tmp_path, watermark_by):
+# late="emit" on the default engine with either watermark; on inband too where it is not the default
+LATE_EMIT_CASES = [("sessionize", default_engine()), ("user", default_engine())] + (
+    [("sessionize", "inband")] if default_engine() != "inband" else [])
+
+
+@pytest.mark.parametrize(("watermark_by", "engine"), LATE_EMIT_CASES)
+def test_a_shuffled_order_with_late_emit_equals_the_reference_and_refuses_the_late(spark, tmp_path, watermark_by,
+                                                                                   engine):
     """late='emit' on shuffled input, with sessionize's watermark and with the user's own
     (withWatermark upstream): the sessions are the reference's, and an event behind the watermark
-    comes out refused. On Spark 4.0 the operator's input must carry one event-time column only."""
+    comes out refused. On Spark 4.0 the operator's input must carry one event-time column only.
+    The default engine and inband both run sessionize's columnar logic here."""
     delay_ms = 40_000
     events = generate_events(50, users=3, seed=7, last_share=0.4)
     batches = disordered(events, delay_ms, random.Random(3), batches=5)
@@ -433,7 +441,7 @@ def test_a_shuffled_order_with_late_emit_equals_the_reference_and_refuses_the_la
     stream = landing.stream(spark, EVENT_SCHEMA)
     if watermark_by == "user":
         stream = stream.withWatermark("event_time", f"{delay_ms} milliseconds")
-    out = sessionize(stream, gap="1 minute", watermark=f"{delay_ms} milliseconds", late="emit")
+    out = sessionize(stream, gap="1 minute", watermark=f"{delay_ms} milliseconds", late="emit", engine=engine)
     got: list = []
     ck = tmp_path / "ck"
 
@@ -454,6 +462,41 @@ def test_a_shuffled_order_with_late_emit_equals_the_reference_and_refuses_the_la
     assert ordered(sessions) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
     assert len(sessions) >= 10
     assert [(r["data"], r["reason"].startswith("late")) for r in refused] == [("/late", True)]
+
+
+class PerKeyInBand(InBandEngine):
+    """The inband engine as released before it ran a plan's bucket logic: the plan's function key
+    by key (what wrote the checkpoints of PySpark 3.5 users so far)."""
+
+    def apply(self, df, plan, initial_state):
+        return super().apply(df, replace(plan, bucket_logic=None), initial_state)
+
+
+def test_a_checkpoint_of_the_inband_per_key_path_goes_on_under_its_columnar_logic(spark, tmp_path):
+    """Shuffled input, late="emit" (as `sparkstate run` runs it): the first micro-batches through
+    the inband engine's per-key path (the released behaviour), the rest, restarted on the same
+    checkpoint, through the columnar sessionizer; the sessions are the reference's."""
+    delay_ms = 150_000
+    events = generate_events(60, users=3, seed=23, last_share=0.4) + crafted()
+    batches = disordered(events, delay_ms, random.Random(9), batches=6)
+    landing = Landing(tmp_path / "in")
+    for b in batches[:3]:
+        landing.add(_rows(b))
+    ck = tmp_path / "ck"
+    got: list[Session] = []
+
+    def query(engine):
+        return sessionize(landing.stream(spark, EVENT_SCHEMA), gap="1 minute", watermark=f"{delay_ms} milliseconds",
+                          late="emit", engine=engine, checkpoint=ck)
+
+    _collect(spark, query(PerKeyInBand()), ck, got)
+    assert len(got) < len(reference_sessions(events, "1 minute"))  # open sessions wait in the checkpoint
+    for b in batches[3:]:
+        landing.add(_rows(b))
+    wm_text = _collect(spark, query("inband"), ck, got)
+    final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
+    assert len(got) >= 15 and {"last_event", "timeout"} <= {s.closed_by for s in got}
 
 
 @pytest.mark.parametrize("engine", ENGINES)

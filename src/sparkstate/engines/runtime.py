@@ -7,6 +7,8 @@
   above are absent.
 - the ``statestore`` and ``state-metadata`` readers (4.0 and later): the state tools on the
   tws and batched engines' checkpoints.
+- observed metrics (``DataFrame.observe``) in the progress of a batch without input (4.0 and
+  later; 3.5 reports none there): a job's counts of such a batch (``sparkstate.jobs.tee``).
 
 >>> minor_of("3.5.9"), minor_of("4.0.5"), minor_of("4.3.0.dev1")
 ((3, 5), (4, 0), (4, 3))
@@ -28,6 +30,7 @@ except ImportError:  # PySpark 3.5: the engines on transformWithState refuse to 
 TRANSFORM_WITH_STATE_IN_PANDAS = (4, 0)
 TRANSFORM_WITH_STATE_ROWS = (4, 1)
 STATE_READERS = (4, 0)
+OBSERVED_WITHOUT_INPUT = (4, 0)
 
 
 def arrow_type(dt: Any) -> Any:

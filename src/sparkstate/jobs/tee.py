@@ -16,12 +16,15 @@ the one :func:`~sparkstate.io.sinks.start_sink` uses too).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from pyspark.sql import functions as F
 
 from ..io.writers import BatchWriter, write_counted
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: Column of the job's query holding an output row (a struct), null on dead letters.
 OUT = "_sparkstate_out"
@@ -37,9 +40,25 @@ class JobTee:
     split, so the stateful part of the plan runs once per batch.
     """
 
-    def __init__(self, output: BatchWriter, dead_letters: BatchWriter | None) -> None:
+    #: Batches whose counts :attr:`counted` keeps (the listener reads a batch's soon after it).
+    KEEP = 64
+
+    def __init__(self, output: BatchWriter, dead_letters: BatchWriter | None,
+                 counts: Callable[[], list["Column"]] | None = None) -> None:
+        """``counts``: when given, the output's counts (``rows``, and the named counts it returns,
+        over the output's columns) are taken in the job that runs the batch and kept in
+        :attr:`counted` by batch id: for a Spark that reports no observed metrics for a batch
+        without input (PySpark 3.5: :func:`sparkstate.observe.metrics.batch_metrics` falls back on them)."""
         self.output = output
         self.dead_letters = dead_letters
+        self.counts = counts
+        self.counted: dict[int, dict[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def counted_of(self, batch_id: int) -> dict[str, int] | None:
+        """The output's counts of batch ``batch_id``, when this tee took them."""
+        with self._lock:
+            return self.counted.get(batch_id)
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
         batch_df.persist()
@@ -48,7 +67,16 @@ class JobTee:
             # both writers skip a replay) and counts its two parts; a part then costs one job when it
             # has rows and none when it is empty (write_counted). Written as SQL text: one call into
             # the JVM per step, not one per column object.
-            out_rows, dead_rows = batch_df.selectExpr(f"count({OUT})", f"count({DEAD})").collect()[0]
+            if self.counts is None:
+                out_rows, dead_rows = batch_df.selectExpr(f"count({OUT})", f"count({DEAD})").collect()[0]
+            else:
+                row = batch_df.select(OUT, DEAD, f"{OUT}.*").agg(
+                    F.count(OUT).alias("rows"), F.count(DEAD).alias("dead"), *self.counts()).collect()[0]
+                out_rows, dead_rows = row["rows"], row["dead"]
+                with self._lock:
+                    self.counted[batch_id] = {k: int(v) for k, v in row.asDict().items() if k != "dead"}
+                    for old in [b for b in self.counted if b <= batch_id - self.KEEP]:
+                        del self.counted[old]
             if self.dead_letters is not None:
                 write_counted(self.dead_letters, batch_df.where(f"{DEAD} IS NOT NULL").select(f"{DEAD}.*"),
                               batch_id, dead_rows)

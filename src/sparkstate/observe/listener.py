@@ -87,12 +87,16 @@ class MetricsListener(JsonProgressListener):
     never passed to Spark.
 
     Reports that arrive for a query before :meth:`watch` names it (a fast first batch) are
-    kept, and recorded when it is named.
+    kept, and recorded when it is named. ``counted``: the output's counts of a batch as the job
+    took them (``JobTee.counted_of``), for reports without them (see
+    :func:`~sparkstate.observe.metrics.batch_metrics`).
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, on_batch: OnBatch | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, on_batch: OnBatch | None = None,
+                 counted: Callable[[int], Mapping[str, int] | None] | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self.on_batch = on_batch
+        self.counted = counted
         self.totals = RunTotals()
         self.batches: list[BatchMetrics] = []
         self._roles: dict[str, Role] = {}
@@ -138,8 +142,11 @@ class MetricsListener(JsonProgressListener):
     # -- recording ----------------------------------------------------------------------------
     def record(self, progress: Mapping[str, Any], role: Role) -> None:
         """Record one progress report (a dict of ``StreamingQueryProgress.json``) as ``role``."""
+        counted = None
+        if self.counted is not None and role == "output":
+            counted = self.counted(int(progress.get("batchId", -1)))
         with self._cond:
-            m = batch_metrics(progress, role, self.totals.dead_letters)
+            m = batch_metrics(progress, role, self.totals.dead_letters, counted)
             self.totals = self.totals.add(m)
             self.batches.append(m)
             if self._file is not None:

@@ -139,8 +139,13 @@ def _sum(ops: list[Mapping[str, Any]], key: str) -> int | None:
     return sum(values) if values else None
 
 
-def _observed(progress: Mapping[str, Any], name: str, field: str) -> int | None:
+def _observed_row(progress: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     row = (progress.get("observedMetrics") or {}).get(name)
+    return row if isinstance(row, Mapping) else None
+
+
+def _observed(progress: Mapping[str, Any], name: str, field: str) -> int | None:
+    row = _observed_row(progress, name)
     if not isinstance(row, Mapping):
         return None
     value = row.get(field)
@@ -207,11 +212,19 @@ def backlog(progress: Mapping[str, Any]) -> int | None:
     return max(behind) if behind else None
 
 
-def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: int = 0) -> BatchMetrics:
+def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: int = 0,
+                  counted: Mapping[str, int] | None = None) -> BatchMetrics:
     """A :class:`BatchMetrics` from one progress report (a dict of ``StreamingQueryProgress.json``).
 
     ``role`` says which query of a job reported it: ``"output"`` (the pipeline) or
     ``"dead_letters"``; ``dead_letters_total`` is the job's count so far, before this batch.
+    ``counted``: the output's counts as the job took them itself (``rows`` and the pipeline's own,
+    :class:`~sparkstate.jobs.tee.JobTee`), read where the report has no :data:`OUTPUT_OBSERVATION`:
+    Spark 3.5 reports no observed metrics for a batch without input. Such a batch refuses
+    nothing, so its ``late`` and refused counts are 0.
+
+    >>> batch_metrics({"batchId": 4, "numInputRows": 0}, "output", counted={"rows": 3, "timed_out": 3}).late
+    0
 
     >>> m = batch_metrics({"batchId": 1, "numInputRows": 5,
     ...                    "observedMetrics": {"sparkstate_dead_letters": {"rows": 2}}}, "dead_letters", 3)
@@ -223,13 +236,16 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
     expired = [c["numExpiredTimers"] for c in custom if isinstance(c.get("numExpiredTimers"), int)]
     point_reads = _sum(custom, "rocksdbGetCount")
     scanned = _sum(custom, "rocksdbTotalBytesReadThroughIterator")
+    rows_in = int(progress.get("numInputRows") or 0)
+    if counted is not None and not _observed_row(progress, OUTPUT_OBSERVATION) and rows_in == 0:
+        progress = {**progress, "observedMetrics": {**(progress.get("observedMetrics") or {}),
+                                                    OUTPUT_OBSERVATION: {"rejected": 0, "late": 0, **counted}}}
     rows_out = _observed(progress, OUTPUT_OBSERVATION, "rows")
     if rows_out is None:
         sink_rows = (progress.get("sink") or {}).get("numOutputRows")
         rows_out = sink_rows if isinstance(sink_rows, int) and sink_rows >= 0 else None
     malformed = _observed(progress, DEAD_LETTER_OBSERVATION, "rows") or 0
     dead = malformed + (_observed(progress, OUTPUT_OBSERVATION, "rejected") or 0)
-    rows_in = int(progress.get("numInputRows") or 0)
     in_rate, done_rate = _number(progress.get("inputRowsPerSecond")), _number(progress.get("processedRowsPerSecond"))
     good = _observed(progress, INPUT_OBSERVATION, "rows")
     if good is not None:

@@ -20,7 +20,7 @@ from ..batched.layout import BUCKET_COLUMN
 from ..batched.packing import bucketed_input
 from . import layout
 from .layout import STATE_SCHEMA
-from .processor import InBandProcessor
+from .processor import InBandLogicProcessor, InBandProcessor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -72,7 +72,9 @@ class InBandEngine(Engine):
         # for event-time timeouts, even the always-null one of sessionize late="emit" (which drops
         # nothing): packed rows would hide it.
         inp = bucketed_input(df, plan, self.buckets, row_by_row=df.isStreaming and has_watermark(df))
-        processor = InBandProcessor(plan, self.buckets, 1, inp.schema, packed=inp.packed, tz=inp.tz)
+        # a plan's bucket logic runs over each bucket at once (a static DataFrame: its function per key)
+        processor_class = InBandLogicProcessor if plan.bucket_logic is not None and df.isStreaming else InBandProcessor
+        processor = processor_class(plan, self.buckets, 1, inp.schema, packed=inp.packed, tz=inp.tz)
         data = inp.data
         if not df.isStreaming:
             def once(frame: Any) -> Any:

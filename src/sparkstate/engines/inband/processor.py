@@ -2,8 +2,10 @@
 bucket, with the bucket's rows and its one state row (:mod:`.layout`) in the same Arrow stream.
 
 The grouping of the input and the per-key loop are the batched engine's
-(:class:`~sparkstate.engines.batched.processor.BucketProcessor`); only where the entries live
-differs: here in the bucket's state row, read and written by Spark. Which keys are due and what
+(:class:`~sparkstate.engines.batched.processor.BucketProcessor`), and so is the call of a plan's
+bucket logic over the whole bucket (:class:`InBandLogicProcessor`, through
+:class:`~sparkstate.engines.batched.logic.LogicCalls`); only where the entries live differs: here
+in the bucket's state row, read and written by Spark, in the same format either way. Which keys are due and what
 a call leaves of a key are :mod:`sparkstate.engines.rules`, as in the other engines; the
 bucket's Spark timeout is its earliest pending key timeout, so that Spark calls the bucket when
 a key of it may be due and no input came.
@@ -16,6 +18,7 @@ from typing import Any, Iterator
 from ...errors import StateSchemaError
 from ...group_state import GroupStateTimeout
 from ..batched.grouping import gc_paused
+from ..batched.logic import LogicCalls
 from ..batched.processor import BucketProcessor
 from ..call_context import wall_clock_ms
 from ..rules import due_keys
@@ -148,3 +151,36 @@ class InBandProcessor(BucketProcessor):
             gstate.setTimeoutDuration(max(m - pt, 1))
         else:
             gstate.setTimeoutTimestamp(max(m, now, 1))
+
+
+class InBandLogicProcessor(InBandProcessor, LogicCalls):
+    """:class:`InBandProcessor` for a plan with a bucket logic (``StatePlan.bucket_logic``): each
+    call runs the logic once over the bucket (its input as one Arrow table, its stored entries,
+    its keys whose timeout is due), as the batched engine's
+    :class:`~sparkstate.engines.batched.logic.LogicProcessor` does; the bucket's row holds the
+    same entries as the per-key path's. A static DataFrame still runs the plan's function per key."""
+
+    #: The bucket's entries as the one leaf :meth:`LogicCalls.run_logic` reads and writes.
+    LEAF = 0
+
+    def _ready(self) -> None:
+        if not getattr(self, "_prepared", False):
+            super()._ready()
+            self.prepare_logic()
+
+    def __call__(self, key: tuple, frames: Iterator[Any], gstate: Any) -> Iterator[Any]:
+        self._ready()
+        with gc_paused():
+            out = self._logic_bucket(frames, gstate)
+        yield from out
+
+    def _logic_bucket(self, frames: Iterator[Any], gstate: Any) -> list:
+        pt, wm = self.times(self._clock(gstate))
+        now = self.now(pt, wm)
+        b, before = self._load(gstate)
+        inp = self.logic_input(self.input.table(frames))
+        leaf = self.LEAF
+        out = self.run_logic(inp, [leaf] * len(inp.hashes), [leaf] if self.timers else [], {leaf: b.entries},
+                             pt, wm, now)
+        self._store(gstate, b, before, pt, now)
+        return out
