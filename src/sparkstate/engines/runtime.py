@@ -8,8 +8,8 @@
   above are absent.
 - ``DataFrame.toArrow`` (4.0 and later): :func:`collect_arrow` (the postgres and delta sinks'
   driver-side writers), from PySpark 3.5's Arrow batches there.
-- the ``statestore`` and ``state-metadata`` readers (4.0 and later): the state tools on the
-  tws and batched engines' checkpoints.
+- the ``statestore`` and ``state-metadata`` readers (4.0 and later): the state tools; on 3.5
+  they open Spark's state store on the driver instead (:mod:`sparkstate.engines.driver_state`).
 - observed metrics (``DataFrame.observe``) in the progress of a batch without input (4.0 and
   later; 3.5 reports none there): a job's counts of such a batch (``sparkstate.jobs.tee``).
 
