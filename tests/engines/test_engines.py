@@ -363,3 +363,24 @@ def test_output_that_does_not_match_output_type_names_key_and_field(spark, engin
                                    output_type=Out)
     with pytest.raises(Exception, match=r"an output for key 'a' does not match output_type: output: missing field 'n'"):
         out.collect()
+
+
+def _dup_counter(key, rows, state):
+    n = (state.getOption or 0) + sum(1 for _ in rows)
+    state.update(n)
+    return (key, n)
+
+
+def test_the_batched_engine_refuses_duplicate_keys_in_the_initial_state_too(spark, tmp_path):
+    # The same rule (sparkstate.engines.batched.initial), met where batched builds its leaves: the
+    # query's first batch fails, naming the key, instead of keeping one of the two rows.
+    land = LandingDir(tmp_path / "in")
+    land.add([{"k": "b", "v": "x"}])
+    initial = spark.createDataFrame([("a", 1), ("b", 2), ("a", 3)], "k string, value long")
+    out = ss.map_groups_with_state(land.stream(spark, "k string, v string"), key="k", func=_dup_counter, state_type=int,
+                                   output_type="k string, n long", engine="batched", initial_state=initial)
+    query = (out.writeStream.format("memory").queryName("dup_initial_batched").outputMode("update")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match=r"initial_state holds key 'a' more than once"):
+        query.awaitTermination(600)
+    assert spark.sql("SELECT * FROM dup_initial_batched").count() == 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 import sparkstate as ss
-from sparkstate.engines import runtime
 from sparkstate.errors import ConfigError
 from tests.streams import LandingDir, StreamRun
 
@@ -88,18 +87,3 @@ def test_a_static_dataframe_starts_from_the_initial_state(spark):
                                    engine="inband", initial_state=_initial(spark, a=10, b=20))
     assert sorted(tuple(r) for r in out.collect()) == [("a", 12), ("c", 1)]
 
-
-@pytest.mark.skipif(not runtime.has(runtime.TRANSFORM_WITH_STATE_IN_PANDAS), reason="the batched engine needs PySpark 4.0")
-def test_the_batched_engine_refuses_duplicate_keys_in_the_initial_state_too(spark, tmp_path):
-    # The same rule (sparkstate.engines.batched.initial), met where batched builds its leaves: the
-    # query's first batch fails, naming the key, instead of keeping one of the two rows.
-    land = LandingDir(tmp_path / "in")
-    land.add([{"k": "b", "v": "x"}])
-    initial = spark.createDataFrame([("a", 1), ("b", 2), ("a", 3)], "k string, value long")
-    out = ss.map_groups_with_state(land.stream(spark, "k string, v string"), key="k", func=counter, state_type=int,
-                                   output_type="k string, n long", engine="batched", initial_state=initial)
-    query = (out.writeStream.format("memory").queryName("dup_initial_batched").outputMode("update")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    with pytest.raises(Exception, match=r"initial_state holds key 'a' more than once"):
-        query.awaitTermination(600)
-    assert spark.sql("SELECT * FROM dup_initial_batched").count() == 0
