@@ -53,8 +53,9 @@ def spark():
 
     config = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
     # Spark's Kafka connector, from the jars `make kafka` fetched (the kafka tests fail without them).
-    # S3A (hadoop-aws and the AWS SDK), from the jars `make s3` fetched, for the s3a:// tests.
-    config.update(connectors.spark_settings(kafka=True, s3a=True))
+    # S3A (hadoop-aws and the AWS SDK), from the jars `make s3` fetched, for the s3a:// tests; on
+    # PySpark 3.5 delta-spark, from the jars `make kafka` fetched there, for the delta: sink.
+    config.update(connectors.spark_settings(kafka=True, s3a=True, delta=True))
     session = ss.spark_session("sparkstate-tests", master="local[2]", config=config)
     yield session
     from tests import streams

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pyspark.sql import DataFrame, Row, SparkSession
+from sparkstate.engines.inband.seeds import SEED_DIR
 from sparkstate.observe.listener import JsonProgressListener
 
 _counter = itertools.count()
@@ -36,7 +37,10 @@ class _Progress(JsonProgressListener):
         p = event.progress
         with self.lock:
             run = str(p.runId)  # a restarted query keeps its id but gets a new runId
-            self.rows[run] = self.rows.get(run, 0) + p.numInputRows
+            # the rows the query read, but not the seeds of an initial state on the inband engine
+            # (sparkstate.engines.inband.seeds: a file source of their own, read in batch 0)
+            rows = sum(s.numInputRows for s in p.sources if SEED_DIR not in s.description)
+            self.rows[run] = self.rows.get(run, 0) + rows
             self.batches[run] = self.batches.get(run, 0) + 1
 
     def onQueryIdle(self, event: Any) -> None:

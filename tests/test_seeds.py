@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 import sparkstate as ss
+from sparkstate.engines import default_engine
 from tests.streams import LandingDir, StreamRun, failure
 
 
@@ -21,6 +22,10 @@ def by_key(rows, key="key", val="text"):
     for r in rows:
         out[r[key]].append(r[val])
     return dict(out)
+
+
+#: the engines the initial-state seeds run on: this minor's default and the inband engine
+INITIAL_ENGINES = list(dict.fromkeys([default_engine(), "inband"]))
 
 
 # --- seed 002: visited pages per user, with initial state (mapWithState + StateSpec.initialState) ---
@@ -133,7 +138,8 @@ def track_count(word, one, state):
     return (word, total, False)
 
 
-def test_seed_001_word_count_map_with_state_initial_state_and_timeout(spark, tmp_path):
+@pytest.mark.parametrize("engine", INITIAL_ENGINES)
+def test_seed_001_word_count_map_with_state_initial_state_and_timeout(spark, tmp_path, engine):
     initial = spark.createDataFrame([("dummy", 100), ("source", 32)], "word string, value long")
     land = LandingDir(tmp_path / "in")
     land.add([{"word": w, "count": 1} for w in ["spark", "dummy", "spark"]])
@@ -142,7 +148,7 @@ def test_seed_001_word_count_map_with_state_initial_state_and_timeout(spark, tmp
     land.add([{"word": "source", "count": 1}])
     words = land.stream(spark, "word string, count long")
     spec = ss.StateSpec.function(track_count).initial_state(initial).num_partitions(2).timeout("10 seconds")
-    out = ss.map_with_state(words, key="word", value="count", spec=spec, state_type=int,
+    out = ss.map_with_state(words, key="word", value="count", spec=spec, state_type=int, engine=engine,
                             output_type="word string, count long, timed_out boolean")
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         run.wait_input()

@@ -25,7 +25,7 @@ from .durations import Duration, positive_ms
 from .engines import TTL_ENGINE, Engine, StatePlan, default_engine, get_engine
 from .engines.base import INITIAL_TIMEOUT_COLUMN, RESERVED_PREFIX, BucketLogic, has_watermark, initial_key_column
 from .engines.evolution import inspect_checkpoint, key_struct
-from .engines.runtime import TRANSFORM_WITH_STATE_ROWS, require
+from .engines.runtime import TRANSFORM_WITH_STATE_IN_PANDAS, require
 from .errors import ConfigError, StateTypeError, TimeoutConfigError
 from .group_state import GroupStateTimeout
 from .spark import check_session
@@ -280,7 +280,7 @@ def time_settings(df: DataFrame, timeout: Any, output_mode: str, state_ttl: Dura
     ttl_ms = None
     if state_ttl is not None:
         ttl_ms = positive_ms(state_ttl, f"{operator_name}: state_ttl")
-        require(TRANSFORM_WITH_STATE_ROWS, f"{operator_name}: state_ttl (Spark's per-key TTL of transformWithState)",
+        require(TRANSFORM_WITH_STATE_IN_PANDAS, f"{operator_name}: state_ttl (Spark's per-key TTL of transformWithState)",
                 "Expire the state with a timeout instead (timeout=ProcessingTimeTimeout).")
         if conf is GroupStateTimeout.EventTimeTimeout:
             raise TimeoutConfigError(

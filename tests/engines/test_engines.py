@@ -18,6 +18,8 @@ GAP_MS = 1500
 
 # the engines of this PySpark minor: 3.5 has only the inband engine (the version matrix runs it there)
 ENGINES = ["tws", "batched"] if default_engine() == DEFAULT_ENGINE else [default_engine()]
+#: initial state on those, and on the inband engine on every minor (it stages the initial state itself)
+INITIAL_ENGINES = list(dict.fromkeys(ENGINES + ["inband"]))
 
 
 @pytest.fixture(params=ENGINES)
@@ -308,6 +310,7 @@ def seen_with_expiry(user, rows, state):
     return (user, s.count, s.last_page)
 
 
+@pytest.mark.parametrize("engine", INITIAL_ENGINES)
 def test_initial_state_with_pending_timeouts_for_map_groups_with_state(spark, tmp_path, engine):
     # The layout of an export: key, the state's fields, timeout_ms (null: no timeout pending).
     initial = spark.createDataFrame(
@@ -360,3 +363,24 @@ def test_output_that_does_not_match_output_type_names_key_and_field(spark, engin
                                    output_type=Out)
     with pytest.raises(Exception, match=r"an output for key 'a' does not match output_type: output: missing field 'n'"):
         out.collect()
+
+
+def _dup_counter(key, rows, state):
+    n = (state.getOption or 0) + sum(1 for _ in rows)
+    state.update(n)
+    return (key, n)
+
+
+def test_the_batched_engine_refuses_duplicate_keys_in_the_initial_state_too(spark, tmp_path):
+    # The same rule (sparkstate.engines.batched.initial), met where batched builds its leaves: the
+    # query's first batch fails, naming the key, instead of keeping one of the two rows.
+    land = LandingDir(tmp_path / "in")
+    land.add([{"k": "b", "v": "x"}])
+    initial = spark.createDataFrame([("a", 1), ("b", 2), ("a", 3)], "k string, value long")
+    out = ss.map_groups_with_state(land.stream(spark, "k string, v string"), key="k", func=_dup_counter, state_type=int,
+                                   output_type="k string, n long", engine="batched", initial_state=initial)
+    query = (out.writeStream.format("memory").queryName("dup_initial_batched").outputMode("update")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match=r"initial_state holds key 'a' more than once"):
+        query.awaitTermination(600)
+    assert spark.sql("SELECT * FROM dup_initial_batched").count() == 0

@@ -54,8 +54,11 @@ def test_missing_jars_name_the_command(tmp_path, monkeypatch):
 def test_fetched_jars_leave_out_what_pyspark_ships():
     jars = connectors.jars("spark-kafka")  # make kafka ran (make test does it first)
     names = " ".join(jars)
-    assert "spark-sql-kafka-0-10_2.13" in names and "kafka-clients" in names
+    assert connectors.kafka_coordinates().split(":")[1] in names and "kafka-clients" in names
     assert "hadoop-client" not in names and "scala-library" not in names
+    if connectors.delta_coordinates():  # PySpark 3.5: delta-spark, fetched with the Kafka groups
+        delta = " ".join(connectors.jars("delta-spark"))
+        assert "delta-spark_2.12-3.3.2.jar" in delta and "scala-library" not in delta
 
 
 def test_run_packages_and_jars_flags(tmp_path):

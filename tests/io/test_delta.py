@@ -57,3 +57,27 @@ def test_delta_writer_called_twice_with_one_batch_id_writes_once(spark, tmp_path
         ("u1", 1), ("u1", 1), ("u2", 2), ("u2", 2)]
     assert committed_version(str(tmp_path / "t"), "app-1") == 2
     assert committed_version(str(tmp_path / "t"), "other") is None
+
+
+def test_delta_sink_writes_from_the_executors_where_delta_spark_fits(spark, tmp_path):
+    """On PySpark 3.5 (delta-spark 3.x fetched with the connectors, as the version matrix does) the
+    batches are written by Spark's Delta writer, elsewhere by delta-rs on the driver; either way
+    the table reads back with deltalake the same, the replayed batch skipped."""
+    from sparkstate.io import connectors
+    from sparkstate.io.delta import executors_write
+    from deltalake import DeltaTable
+
+    fits = connectors.delta_coordinates(spark.version) is not None
+    assert executors_write(spark) is fits, "on 3.5: python -m sparkstate.io.connectors fetch (adds delta-spark)"
+    out = tmp_path / "t"
+    writer = DeltaBatchWriter(str(out), app_id="app-x")
+    df = spark.createDataFrame([("u1", 1, None), ("u2", 2**62 + 1, 1.5)], "user_id string, n long, x double")
+    writer(df, 0)
+    writer(df, 0)
+    writer(df.limit(1), 1)
+    rows = sorted(tuple(r.values()) for r in read_delta(str(out)).to_pylist())
+    assert rows == [("u1", 1, None), ("u1", 1, None), ("u2", 2**62 + 1, 1.5)]
+    assert committed_version(str(out), "app-x") == 1
+    engines = {str(c.get("engineInfo") or c.get("clientVersion")) for c in DeltaTable(str(out)).history()
+               if c.get("operation") != "CREATE TABLE"}
+    assert all(("Delta-Lake/3." in e) is fits for e in engines), engines

@@ -547,25 +547,27 @@ def test_a_checkpoint_of_the_single_session_layout_restarts(spark, tmp_path, eng
     assert [(s.user_id, s.events, s.closed_by) for s in got] == [("u", ("a", "b", "c", "d"), "timeout")]
 
 
-def test_open_sessions_move_through_export_and_initial_state(spark, tmp_path):
-    """Open sessions exported from one query (batched engine) start another (tws engine)."""
+@pytest.mark.parametrize("second", ["tws", "inband"])
+def test_open_sessions_move_through_export_and_initial_state(spark, tmp_path, second):
+    """Open sessions exported from one query (batched engine) start another (tws engine, or
+    inband: its seeds, read by the columnar sessionizer)."""
     import sparkstate as ss
 
     delay_ms = 150_000
     events = generate_events(50, users=3, seed=40, last_share=0.4) + crafted()
     batches = disordered(events, delay_ms, random.Random(8), batches=6)
     got: list[Session] = []
-    first, second = Landing(tmp_path / "in1"), Landing(tmp_path / "in2")
+    first, then = Landing(tmp_path / "in1"), Landing(tmp_path / "in2")
     for b in batches[:3]:
         first.add(_rows(b))
     for b in batches[3:]:
-        second.add(_rows(b))
+        then.add(_rows(b))
     wm = f"{delay_ms} milliseconds"
     _collect(spark, sessionize(first.stream(spark, EVENT_SCHEMA), watermark=wm, engine="batched"), tmp_path / "ck1", got)
     assert ss.state.export(spark, tmp_path / "ck1", tmp_path / "state.parquet") > 0
     initial = spark.read.parquet(str(tmp_path / "state.parquet"))
     assert {"times", "sizes", "closed"} <= set(initial.columns)
-    wm_text = _collect(spark, sessionize(second.stream(spark, EVENT_SCHEMA), watermark=wm, engine="tws",
+    wm_text = _collect(spark, sessionize(then.stream(spark, EVENT_SCHEMA), watermark=wm, engine=second,
                                          initial_state=initial), tmp_path / "ck2", got)
     final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
     assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))

@@ -78,7 +78,7 @@ def _connector_settings(config: Any) -> dict[str, str]:
 
     kafka = "kafka" in (config.source_spec.kind, config.sink_spec.kind,
                         config.deadletter_spec.kind if config.deadletter_spec else None)
-    return spark_settings(config.packages, config.jars, kafka=kafka)
+    return spark_settings(config.packages, config.jars, kafka=kafka, delta=config.sink_spec.kind == "delta")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -142,8 +142,7 @@ def _stats(args: argparse.Namespace) -> int:
     st = ss.state.stats(_session(args), args.checkpoint)
     op = st.operator
     print(f"checkpoint: {st.checkpoint}")
-    print(f"operator {op['operator_id']}: {op['operator']}, time mode {op['time_mode']}, output mode {op['output_mode']},"
-          f" state variables {', '.join(op['state_variables'])}")
+    print(_operator_line(op))
     settings = "".join(f", {k} {v}" for k, v in sorted(st.layout_settings.items()))
     print(f"layout: {op.get('engine')} engine, version {op.get('layout')}, {len(st.partitions)} state partitions{settings}")
     print(f"keys: {st.keys} ({st.keys_with_timeout} with a pending timeout), {st.bytes_on_disk} bytes on disk")
@@ -156,6 +155,24 @@ def _stats(args: argparse.Namespace) -> int:
     for b, n in sorted(st.keys_per_batch.items()):
         print(f"  after batch {b}: {n} keys")
     return 0
+
+
+def _operator_line(op: dict[str, Any]) -> str:
+    """``state stats``' line on the operator: what the checkpoint records of it (PySpark 3.5 records
+    no time mode, output mode or state variables).
+
+    >>> print(_operator_line({"operator_id": 0, "operator": "applyInPandasWithState", "time_mode": None,
+    ...                       "output_mode": None, "state_variables": []}))
+    operator 0: applyInPandasWithState
+    """
+    parts = [f"operator {op['operator_id']}: {op['operator']}"]
+    if op.get("time_mode"):
+        parts.append(f"time mode {op['time_mode']}")
+    if op.get("output_mode"):
+        parts.append(f"output mode {op['output_mode']}")
+    if op.get("state_variables"):
+        parts.append(f"state variables {', '.join(op['state_variables'])}")
+    return ", ".join(parts)
 
 
 def _reads_line(r: dict[str, Any]) -> str:

@@ -22,6 +22,8 @@ from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, S
 from ..errors import ConfigError
 from ..group_state import GroupFunc, GroupStateTimeout
 from ..types import Codec
+from . import driver_state
+from .runtime import STATE_READERS, has
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -216,6 +218,7 @@ class StoredLayout(abc.ABC):
         self.spark = spark
         self.checkpoint = checkpoint
         self.operator = operator
+        self._driver_rows: dict[int, "DataFrame"] = {}
 
     @abc.abstractmethod
     def records(self, batch_id: int | None) -> "DataFrame":
@@ -248,6 +251,28 @@ class StoredLayout(abc.ABC):
         """Why a query of this release cannot run on this state (an older layout), with the way
         out; ``None`` when it can."""
         return None
+
+    def state_rows(self, batch_id: int | None) -> "DataFrame":
+        """The operator's state rows as of the latest (or ``batch_id``) committed batch: ``key``,
+        ``value`` (structs of the operator's own state row) and ``partition_id``. Spark's
+        ``statestore`` reader on PySpark 4.0 and later; on 3.5, which has none, Spark's state store
+        read on the driver (:mod:`.driver_state`), once per batch for this reader's life."""
+        if has(STATE_READERS):
+            reader = self.spark.read.format("statestore").option("operatorId", self.operator["operator_id"])
+            if batch_id is not None:
+                reader = reader.option("batchId", batch_id)
+            return reader.load(self.checkpoint)
+        batch = self.operator["max_batch_id"] if batch_id is None else batch_id
+        if batch not in self._driver_rows:
+            self._driver_rows[batch] = driver_state.state_rows(self.spark, self.checkpoint, self.operator, batch)
+        return self._driver_rows[batch]
+
+    def state_row_schema(self) -> "StructType":
+        """The value schema of :meth:`state_rows` (read without reading the rows where Spark allows)."""
+        if has(STATE_READERS):
+            return struct_column(self.state_rows(None).schema, "value")
+        found = driver_state.schemas(self.spark, self.checkpoint, self.operator["operator_id"])
+        return found[1] if found is not None else StructType([])
 
     def variable(self, name: str, batch_id: int | None) -> "DataFrame":
         """One state variable of the operator, as Spark's ``statestore`` reader gives it."""

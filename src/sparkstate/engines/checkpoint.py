@@ -1,6 +1,8 @@
 """Which sparkstate operator a checkpoint holds, and the engine that wrote its state.
 
-Reads Spark's ``state-metadata`` of the checkpoint and asks every registered engine
+Finds the checkpoint's stateful operators (Spark's ``state-metadata`` reader on PySpark 4.0 and
+later; on 3.5, which has none, the checkpoint's ``state/<operator>/<partition>`` directories and
+``commits/``) and asks every registered engine
 (:meth:`~sparkstate.engines.base.Engine.stored_layout`) whether the operator's state is in its
 layout; the one that answers reads it back. Nothing here knows an engine's layout.
 """
@@ -15,7 +17,7 @@ from .. import fs
 from ..errors import StateSchemaError
 from ..paths import absolute_path
 from .base import ENGINES, StoredLayout, get_engine
-from .runtime import STATE_READERS, require
+from .runtime import STATE_READERS, has
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,9 +34,14 @@ def has_state(checkpoint: str | os.PathLike, spark: "SparkSession | None" = None
 
 
 def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict[str, Any]]:
-    """The stateful operators of a checkpoint: id, name, partitions, batches, time mode, variables."""
-    require(STATE_READERS, "reading a checkpoint's state (ss.state, `sparkstate state`; Spark's state-metadata and"
-            " statestore readers)", "Read the checkpoint from an environment with PySpark 4.0 or later.")
+    """The stateful operators of a checkpoint: id, name, partitions, batches, time mode, variables.
+
+    PySpark 3.5 records no operator metadata: there the name, time mode, output mode and state
+    variables are ``None`` (the name is set by the engine that finds its layout there), the rest
+    is read from the checkpoint's directories.
+    """
+    if not has(STATE_READERS):
+        return _operators_from_directories(spark, absolute_path(checkpoint))
     rows = spark.read.format("state-metadata").load(absolute_path(checkpoint)).collect()
     out = []
     for r in rows:
@@ -52,11 +59,35 @@ def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict
     return out
 
 
+def _numbered(path: str, spark: "SparkSession") -> list[int]:
+    return sorted(int(n) for n in fs.list_names(path, spark) if n.isdigit()) if fs.is_dir(path, spark) else []
+
+
+def _operators_from_directories(spark: "SparkSession", root: str) -> list[dict[str, Any]]:
+    """Spark 3.5's view: each ``state/<operator id>`` directory, its partitions' directories, and
+    the committed batches (``commits/``)."""
+    commits = _numbered(fs.join(root, "commits"), spark)
+    out: list[dict[str, Any]] = []
+    for op in _numbered(fs.join(root, "state"), spark):
+        out.append({
+            "operator_id": op,
+            "operator": None,
+            "partitions": len(_numbered(fs.join(root, "state", str(op)), spark)),
+            "min_batch_id": commits[0] if commits else None,
+            "max_batch_id": commits[-1] if commits else None,
+            "time_mode": None,
+            "output_mode": None,
+            "state_variables": [],
+        })
+    return out
+
+
 def _layout_of(spark: "SparkSession", checkpoint: str, op: dict[str, Any]) -> StoredLayout | None:
     for name in ENGINES:
         layout = get_engine(name).stored_layout(spark, checkpoint, op)
         if layout is not None:
             op.update(engine=layout.engine, layout=layout.version)
+            layout.operator.update(engine=layout.engine, layout=layout.version)
             return layout
     return None
 
@@ -74,6 +105,9 @@ def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> Store
         raise StateSchemaError(f"checkpoint {checkpoint} has no committed state yet (no batch has completed)")
     ops = operators(spark, checkpoint)
     ours = [layout for op in ops for layout in [_layout_of(spark, str(checkpoint), op)] if layout is not None]
+    if not ops and not has(STATE_READERS):
+        raise StateSchemaError(f"checkpoint {checkpoint} holds no stateful operator's state (its state/ directory"
+                               " has no operator); point at the checkpoint of a query built with sparkstate")
     if not ops:
         raise StateSchemaError(
             f"checkpoint {checkpoint} has state but no operator metadata: Spark 3.5 wrote it. Run the query once on"
@@ -81,7 +115,9 @@ def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> Store
             " Spark 4 then writes the metadata the state tools and the checkpoint= check read."
         )
     if not ours:
-        found = "; ".join(f"{o['operator']} with state {', '.join(o['state_variables']) or '(none listed)'}" for o in ops)
+        found = "; ".join(f"{o['operator']} with state {', '.join(o['state_variables']) or '(none listed)'}"
+                          if o["operator"] else f"a stateful operator (id {o['operator_id']}) not built with sparkstate"
+                          for o in ops)
         raise StateSchemaError(
             f"checkpoint {checkpoint} does not hold sparkstate state: it has {found or 'no stateful operator'}."
             " Point at the checkpoint of a query built with sparkstate."

@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 
 from ..errors import StateSchemaError
 from ..fs import FsUnavailable
+from ..spark import is_connect
 from ..types import is_dataclass_type
 from .checkpoint import has_state, stored_layout
 from .runtime import STATE_READERS, has, pyspark_minor
@@ -168,9 +169,11 @@ def inspect_checkpoint(
     except FsUnavailable as exc:  # Spark Connect on a store this process cannot reach: said, not skipped silently
         logging.getLogger("sparkstate").warning("the state in checkpoint %s was not checked: %s", checkpoint, exc)
         return None, []
-    if not has(STATE_READERS):  # said, not skipped silently; the query itself still refuses a layout it cannot read
+    if not has(STATE_READERS) and is_connect(spark):  # said, not skipped silently; the query itself still
+        # refuses a layout it cannot read
         logging.getLogger("sparkstate").warning(
-            "the state in checkpoint %s was not checked: PySpark %s has no state reader (4.0 has)", checkpoint,
+            "the state in checkpoint %s was not checked: PySpark %s has no state reader and a Spark Connect client"
+            " no JVM to read Spark's state store with (4.0 has the reader)", checkpoint,
             ".".join(map(str, pyspark_minor())))
         return None, []
     stored = stored_layout(spark, checkpoint)

@@ -1,12 +1,15 @@
 """What the installed PySpark offers the engines: the one place that knows which minor has what.
 
-- ``transformWithStateInPandas`` (4.0 and later): the batched engine.
-- ``transformWithState`` with Rows (4.1 and later): the tws engine, and Spark's per-key TTL
-  (``state_ttl``) through it.
+- ``transformWithStateInPandas`` (4.0 and later): the batched engine, and the tws engine (with
+  Spark's per-key TTL, ``state_ttl``) on 4.0, its rows handed over as pandas frames.
+- ``transformWithState`` with Rows (4.1 and later): the tws engine takes Rows (the same state
+  and TTL as on 4.0, without the pandas round trip).
 - ``applyInPandasWithState`` (3.4 and later): the inband engine, the default where the two
   above are absent.
-- the ``statestore`` and ``state-metadata`` readers (4.0 and later): the state tools on the
-  tws and batched engines' checkpoints.
+- ``DataFrame.toArrow`` (4.0 and later): :func:`collect_arrow` (the postgres and delta sinks'
+  driver-side writers), from PySpark 3.5's Arrow batches there.
+- the ``statestore`` and ``state-metadata`` readers (4.0 and later): the state tools; on 3.5
+  they open Spark's state store on the driver instead (:mod:`sparkstate.engines.driver_state`).
 - observed metrics (``DataFrame.observe``) in the progress of a batch without input (4.0 and
   later; 3.5 reports none there): a job's counts of such a batch (``sparkstate.jobs.tee``).
 
@@ -42,6 +45,18 @@ def arrow_type(dt: Any) -> Any:
         return to_arrow_type(dt, timezone="UTC")
     except TypeError:
         return to_arrow_type(dt)
+
+
+def collect_arrow(df: Any) -> Any:
+    """``df``'s rows on the driver as one pyarrow Table in Spark's Arrow types (``toArrow``: 4.0
+    and later; on 3.5 from the Arrow batches ``toPandas`` is built from, with ``df``'s schema)."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in df.schema.fields])
+    batches = df._collect_as_arrow()  # PySpark 3.5's own (toArrow came in 4.0)
+    return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
 
 
 def minor_of(version: str) -> tuple[int, int]:

@@ -11,6 +11,9 @@ Three groups of jars, each named by Maven coordinates:
   version pyspark ships, with the AWS SDK v2 modules it needs instead of the SDK's 600 MB bundle
   (:data:`HADOOP_AWS_VERSIONS`, :data:`S3A_EXCLUSIONS`).
 - ``s3proxy``: S3Proxy (:data:`S3PROXY`), the S3-compatible server the tests start on loopback.
+- ``delta-spark``: Delta Lake's Spark connector, on the minors listed in :data:`DELTA_SPARK`
+  (3.5): with it on the classpath the ``delta:`` sink writes each batch from the executors
+  (:mod:`sparkstate.io.delta`); without it, or on another minor, from the driver with delta-rs.
 
 Which connector goes with which pyspark comes from one table, :data:`PYSPARK_VERSIONS`, keyed by
 pyspark minor: the supported minors, the patch release of each that the test suite runs (the
@@ -20,7 +23,7 @@ release on Maven Central; the 4.2.0 connector was measured to work with pyspark 
 whole Kafka test suite runs on it), so the table maps 4.3 to it.
 
 ``sparkstate.io.connectors.main(["fetch"])`` (run by ``make kafka``, which ``make test`` runs)
-resolves the Kafka groups (``main(["fetch", "hadoop-aws", "s3proxy"])``: ``make s3``) with Maven into Maven's local repository (``~/.m2`` unless configured)
+resolves the Kafka groups, and ``delta-spark`` where the minor has one (``main(["fetch", "hadoop-aws", "s3proxy"])``: ``make s3``) with Maven into Maven's local repository (``~/.m2`` unless configured)
 and writes the group's jar paths to ``CACHE/NAME.classpath``; ``CACHE`` is
 ``$SPARKSTATE_CACHE``, else ``~/.cache/sparkstate``. Nothing is downloaded at run time.
 
@@ -125,6 +128,27 @@ def kafka_coordinates(spark_version: str | None = None) -> str:
     return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{connector_version(v)}"
 
 
+#: pyspark minor -> the delta-spark release the ``delta:`` sink writes with there (from the
+#: executors); Delta's Spark integration is built per Spark minor, and only these are tested.
+DELTA_SPARK = {"3.5": "io.delta:delta-spark_2.12:3.3.2"}
+#: The class delta-spark's ``format("delta")`` resolves to.
+DELTA_DATA_SOURCE = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+#: The session settings delta-spark's writes need (static: set when the session starts).
+DELTA_SESSION = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                 "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+
+
+def delta_coordinates(spark_version: str | None = None) -> str | None:
+    """The delta-spark coordinates the ``delta:`` sink writes with on ``spark_version`` (default:
+    the installed pyspark), or None where it writes with delta-rs only.
+
+    >>> delta_coordinates("3.5.9"), delta_coordinates("4.3.0")
+    ('io.delta:delta-spark_2.12:3.3.2', None)
+    """
+    v = spark_version or pyspark_version()
+    return DELTA_SPARK.get(".".join(v.split(".")[:2]))
+
+
 def hadoop_version() -> str:
     """The Hadoop version pyspark ships (from its ``hadoop-client-api`` jar)."""
     import pyspark
@@ -148,7 +172,8 @@ def s3a_packages(hadoop: str | None = None) -> list[str]:
             f"software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:{accel}"]
 
 
-#: The groups ``make kafka`` fetches; ``make s3`` fetches :data:`S3_GROUPS`.
+#: The groups ``make kafka`` fetches (and ``delta-spark`` where the minor has one:
+#: :func:`default_groups`); ``make s3`` fetches :data:`S3_GROUPS`.
 KAFKA_GROUPS = ("spark-kafka", "kafka-broker")
 S3_GROUPS = ("hadoop-aws", "s3proxy")
 #: Group -> Maven exclusions applied to each of its dependencies ("groupId:artifactId", ``*`` allowed).
@@ -162,11 +187,20 @@ def groups(spark_version: str | None = None) -> dict[str, list[str]]:
         "kafka-broker": [KAFKA_BROKER, *KAFKA_BROKER_EXTRA],
         "s3proxy": [S3PROXY],
     }
+    delta = delta_coordinates(spark_version)
+    if delta is not None:
+        out["delta-spark"] = [delta]
     try:
         out["hadoop-aws"] = s3a_packages()
     except ConfigError:
         pass
     return out
+
+
+def default_groups() -> tuple[str, ...]:
+    """What ``fetch`` with no group names resolves: the Kafka groups, and ``delta-spark`` where
+    this pyspark's minor has one."""
+    return KAFKA_GROUPS + (("delta-spark",) if delta_coordinates() else ())
 
 
 def _classpath_file(name: str) -> Path:
@@ -193,7 +227,7 @@ def _artifact(filename: str) -> str:
 def jars(name: str) -> list[str]:
     """The local jar paths of a fetched group; a :class:`~sparkstate.errors.ConfigError` saying how to fetch it if missing.
 
-    For ``spark-kafka``, jars pyspark already ships (Hadoop, Scala, compression codecs) are left out.
+    For ``spark-kafka``, ``delta-spark`` and ``hadoop-aws``, jars pyspark already ships (Hadoop, Scala, compression codecs) are left out.
     """
     path = _classpath_file(name)
     all_groups = groups()
@@ -205,7 +239,7 @@ def jars(name: str) -> list[str]:
         if lines and lines[0] == "# " + " ".join(want):
             found = [p for p in lines[1:] if p]
             if found and all(Path(p).exists() for p in found):
-                if name in ("spark-kafka", "hadoop-aws"):
+                if name in ("spark-kafka", "delta-spark", "hadoop-aws"):
                     shipped = _pyspark_jar_names()
                     found = [p for p in found if _artifact(Path(p).name) not in shipped]
                 return found
@@ -235,14 +269,14 @@ def _pom(coordinates: list[str], exclusions: tuple[str, ...] = ()) -> str:
 
 
 def fetch(names: list[str] | None = None, *, quiet: bool = True) -> dict[str, Path]:
-    """Resolve the groups ``names`` (default: the Kafka ones) with Maven; write their classpath files; return them."""
+    """Resolve the groups ``names`` (default: :func:`default_groups`) with Maven; write their classpath files; return them."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ConfigError("fetching the connector jars needs Maven (`mvn`) on PATH, and Java 17")
     out: dict[str, Path] = {}
     cache_dir().mkdir(parents=True, exist_ok=True)
     all_groups = groups()
-    for name in names or KAFKA_GROUPS:
+    for name in names or default_groups():
         if name not in all_groups:
             raise ConfigError(f"no jars are known for {name} with this pyspark")
         coords = all_groups[name]
@@ -273,6 +307,11 @@ KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 def kafka_connector_available(spark) -> bool | None:
     """Whether Spark's Kafka connector is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect)."""
+    return class_available(spark, KAFKA_PROVIDER)
+
+
+def class_available(spark, name: str) -> bool | None:
+    """Whether the class ``name`` is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect)."""
     from ..spark import is_connect
 
     jvm = None if is_connect(spark) else getattr(spark, "_jvm", None)
@@ -280,7 +319,7 @@ def kafka_connector_available(spark) -> bool | None:
         return None
     try:
         loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-        jvm.java.lang.Class.forName(KAFKA_PROVIDER, False, loader)
+        jvm.java.lang.Class.forName(name, False, loader)
         return True
     except Exception:
         return False
@@ -310,13 +349,15 @@ def require_kafka_connector(spark, what: str) -> None:
 
 
 def spark_settings(packages: str | None = None, jars_: str | None = None, *, kafka: bool = False,
-                   s3a: bool = False) -> dict[str, str]:
+                   s3a: bool = False, delta: bool = False) -> dict[str, str]:
     """Spark settings that put connectors on the classpath of a session sparkstate starts.
 
     ``packages``: Maven coordinates (``spark.jars.packages``, resolved by Spark at start);
     ``jars_``: local jar paths (``spark.jars``). With neither and ``kafka`` true, the jars
     ``make kafka`` fetched are used when they are there; with ``s3a`` true, the jars ``make s3``
-    fetched (hadoop-aws and the AWS SDK modules) are added to those when they are there.
+    fetched (hadoop-aws and the AWS SDK modules) are added to those when they are there; with
+    ``delta`` true, likewise the delta-spark jars ``fetch`` resolved for this minor (3.5), with
+    the session settings Delta needs (:data:`DELTA_SESSION`).
 
     >>> spark_settings("g:a:1")
     {'spark.jars.packages': 'g:a:1'}
@@ -330,6 +371,9 @@ def spark_settings(packages: str | None = None, jars_: str | None = None, *, kaf
         out["spark.jars"] = ",".join(jars("spark-kafka"))
     if s3a and "spark.jars.packages" not in out and fetched("hadoop-aws"):
         out["spark.jars"] = ",".join(filter(None, [out.get("spark.jars"), *jars("hadoop-aws")]))
+    if delta and "spark.jars.packages" not in out and delta_coordinates() and fetched("delta-spark"):
+        out["spark.jars"] = ",".join(filter(None, [out.get("spark.jars"), *jars("delta-spark")]))
+        out.update(DELTA_SESSION)
     return out
 
 

@@ -3,7 +3,8 @@
 How a micro-batch is written (:class:`PostgresBatchWriter`, called by ``foreachBatch`` on the
 driver):
 
-1. The batch is collected to the driver as Arrow (``DataFrame.toArrow()``). This is meant for
+1. The batch is collected to the driver as Arrow (``DataFrame.toArrow()``, on PySpark 3.5 its
+   Arrow batches: :func:`sparkstate.engines.runtime.collect_arrow`). This is meant for
    the volumes of one micro-batch of a streaming job (thousands to a few million rows), not
    for bulk loads: the whole batch is held in driver memory while it is copied.
 2. An empty batch writes nothing and opens no connection.
@@ -43,6 +44,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Literal
 from urllib.parse import quote, unquote, urlsplit
 
+from ..engines.runtime import collect_arrow
 from ..errors import ConfigError, SinkError
 from .query_id import batch_query_id
 
@@ -429,7 +431,7 @@ class PostgresBatchWriter:
         schema = batch_df.schema
         if self._prepared_for != schema:
             self.prepare(schema)
-        table = batch_df.toArrow()
+        table = collect_arrow(batch_df)
         if table.num_rows == 0:
             log.debug("postgres sink %s: batch %d is empty", self.target.display, batch_id)
             return

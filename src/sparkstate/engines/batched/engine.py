@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from ...errors import ConfigError, StateSchemaError
+from ...errors import ConfigError
 from ..call_context import operator_options
-from ..rules import initial_timeout
-from ..base import (INITIAL_TIMEOUT_COLUMN, PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, drops_late_rows,
-                    initial_key_column)
+from .initial import InitialEntries, hashed
+from ..base import PICKLE_PROTOCOL, Engine, StatePlan, StoredLayout, drops_late_rows
 from ..runtime import TRANSFORM_WITH_STATE_IN_PANDAS, require
 from . import layout
-from .layout import BUCKET_COLUMN, HASH_COLUMN, build_leaves
+from .layout import BUCKET_COLUMN, build_leaves
 from .packing import BLOB_COLUMN, bucketed_input
 from .logic import LogicProcessor
 from .processor import BucketProcessor
@@ -85,35 +84,17 @@ def spark_partition_of(bucket: int, partitions: int) -> int:
 
 def initial_leaves(initial: "DataFrame", plan: StatePlan, buckets: int, leaf_rows: int) -> "DataFrame":
     """Group an initial-state DataFrame (engine layout) into whole leaves, one row per leaf."""
-    from pyspark.sql import functions as F
-
-    n_keys = len(plan.key_columns)
-    key_cols = [initial_key_column(i) for i in range(n_keys)]
-    h = F.xxhash64(*[F.col(c) for c in key_cols])
-    with_hash = initial.select("*", F.pmod(h, F.lit(buckets)).cast("int").alias(BUCKET_COLUMN), h.alias(HASH_COLUMN))
-    fields = list(plan.state_codec.fields)
-    has_timeout = plan.initial_has_timeout
-    conf = plan.timeout
-    operator = plan.operator
-    single = n_keys == 1
+    with_hash = hashed(initial, plan, buckets)
+    entries_of = InitialEntries(plan)
 
     def build(table: Any) -> Any:
         import pyarrow as pa
 
-        codec = plan.state_codec  # the plan, not the codec, is captured: it reaches the worker guarded
-        rows = table.to_pylist()
         entries: dict = {}
         bucket = None
-        for r in rows:
-            bucket = r[BUCKET_COLUMN]
-            k = r[key_cols[0]] if single else tuple(r[c] for c in key_cols)
-            value = codec.decode_columns(tuple(r[f] for f in fields))
-            try:
-                cols = codec.encode_columns(value)
-            except Exception as exc:
-                raise StateSchemaError(f"{operator}: the initial state of key {k!r} cannot be stored: {exc}") from None
-            t = initial_timeout(conf, r.get(INITIAL_TIMEOUT_COLUMN) if has_timeout else None, None, 0)
-            entries[k] = [cols, t, r[HASH_COLUMN]]
+        for b, k, entry in entries_of.rows(table.to_pylist()):
+            bucket = b  # a group is one bucket
+            entries_of.add(entries, k, entry)
         leaves = build_leaves(entries, leaf_rows)
         out_b, out_l, out_blob = [], [], []
         for lid, ents in leaves.items():  # empty leaves too: together they cover the bucket

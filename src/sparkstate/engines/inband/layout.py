@@ -38,7 +38,7 @@ LAYOUT_VERSION = 1
 #: The one column of the per-bucket state row; its name marks a checkpoint as this engine's.
 STATE_COLUMN = "sparkstate_inband"
 STATE_SCHEMA = StructType([StructField(STATE_COLUMN, BinaryType(), True)])
-#: Spark's name for the operator applyInPandasWithState plans (in ``state-metadata``).
+#: Spark's name for the operator applyInPandasWithState plans (in ``state-metadata``, 4.0 and later).
 SPARK_OPERATOR = "applyInPandasWithState"
 #: Where Spark's state reader puts the group state in each row's ``value``.
 GROUP_STATE = "groupState"
@@ -75,12 +75,18 @@ class Bucket:
 
 
 def stored_layout(spark: Any, checkpoint: str, operator: dict[str, Any]) -> StoredLayout | None:
-    """The inband layout of an operator's state (by the state row's column), or None."""
-    if operator["operator"] != SPARK_OPERATOR:
+    """The inband layout of an operator's state (by the state row's column), or None.
+
+    ``operator["operator"]`` is ``None`` on PySpark 3.5, which records no operator names: the
+    state row's column alone tells this engine's state there, and names the operator.
+    """
+    if operator["operator"] not in (SPARK_OPERATOR, None):
         return None
+    if operator["operator"] is None:
+        operator = {**operator, "operator": SPARK_OPERATOR}
     layout = Layout1(spark, checkpoint, operator)
-    value = layout.state_rows(None).schema["value"].dataType
-    group = value[GROUP_STATE].dataType if isinstance(value, StructType) and GROUP_STATE in value.names else None
+    value = layout.state_row_schema()
+    group = value[GROUP_STATE].dataType if GROUP_STATE in value.names else None
     if isinstance(group, StructType) and STATE_COLUMN in group.names:
         return layout
     return None
@@ -89,12 +95,6 @@ def stored_layout(spark: Any, checkpoint: str, operator: dict[str, Any]) -> Stor
 class Layout1(StoredLayout):
     engine = ENGINE
     version = LAYOUT_VERSION
-
-    def state_rows(self, batch_id: int | None) -> "DataFrame":
-        reader = self.spark.read.format("statestore").option("operatorId", self.operator["operator_id"])
-        if batch_id is not None:
-            reader = reader.option("batchId", batch_id)
-        return reader.load(self.checkpoint)
 
     def _buckets(self, batch_id: int | None) -> list[Bucket]:
         rows = self.state_rows(batch_id).select(BLOB_PATH).collect()
@@ -111,6 +111,11 @@ class Layout1(StoredLayout):
 
     def schema(self) -> tuple[StructType, StructType]:
         return self._schemas(self._buckets(None))
+
+    def settings(self) -> dict[str, Any]:
+        """The bucket count the checkpoint was created with (each bucket's row records it)."""
+        counts = {b.buckets for b in self._buckets(None)}
+        return {"buckets": counts.pop()} if len(counts) == 1 else {}
 
     def schemas(self) -> tuple[StructType, list[StructType]]:
         buckets = self._buckets(None)

@@ -24,6 +24,7 @@ from ..call_context import wall_clock_ms
 from ..rules import due_keys
 from ..state_fields import relay
 from .layout import Bucket
+from .seeds import seed_entries, split_seeds
 
 
 class _Clock:
@@ -57,7 +58,12 @@ def _plain_frame_maker(st: Any) -> Any:
 
 class InBandProcessor(BucketProcessor):
     """The function ``applyInPandasWithState`` calls per bucket (grouping key: the bucket); for a
-    static DataFrame, ``applyInPandas`` calls :meth:`static` per bucket, with no stored state."""
+    static DataFrame, ``applyInPandas`` calls :meth:`static` per bucket, with no stored state.
+
+    ``seeded``: the query has an initial state (:mod:`.seeds`), so its input carries the seed
+    column last (see :meth:`seed`)."""
+
+    seeded = False
 
     def _ready(self) -> None:
         if not getattr(self, "_prepared", False):
@@ -71,7 +77,7 @@ class InBandProcessor(BucketProcessor):
     def __call__(self, key: tuple, frames: Iterator[Any], gstate: Any) -> Iterator[Any]:
         self._ready()
         with gc_paused():
-            out = self._bucket(frames, gstate)
+            out = self._bucket(self.seed(frames, gstate) if self.seeded else frames, gstate)
         if out is not None:
             yield out
 
@@ -79,14 +85,32 @@ class InBandProcessor(BucketProcessor):
         """One bucket of a static DataFrame: every key called once with its rows, from no state."""
         self._ready()
         with gc_paused():
-            groups, hashes = self.input.group(iter([frame]))
             pt = wall_clock_ms()
-            entries: dict = {}
+            frames, entries = self.static_seed(frame, pt)
+            groups, hashes = self.input.group(iter(frames))
             out: list = []
             owners: list = []
             state = self.group_state(None, False, pt, -1, False)
             self.run_keys([(entries, k, hashes[k], rows) for k, rows in groups.items()], False, state, out, owners)
             return self.frame(out, owners) if out else self.output_frame([[] for _ in self.plan.output_schema.names])
+
+    def seed(self, frames: Iterator[Any], gstate: Any) -> Iterator[Any]:
+        """The bucket's input without its seed rows; a bucket with no stored row that got its
+        seed (the query's first batch) is stored from it first, so the call reads it as its state.
+        A seeded bucket keeps a row from then on (:meth:`_store`), so it is never seeded again."""
+        rows, seeds = split_seeds(frames)
+        if seeds and not gstate.exists:
+            pt, _ = self.times(self._clock(gstate))
+            b = Bucket(self.buckets, self.fields, self.key_schema, self.state_json, seed_entries(seeds, self.plan, pt))
+            gstate.update((b.dumps(),))
+        return iter(rows)
+
+    def static_seed(self, frame: Any, pt: int) -> tuple[list, dict]:
+        """A static bucket's input without its seed rows, and its entries from the seed."""
+        if not self.seeded:
+            return [frame], {}
+        rows, seeds = split_seeds(iter([frame]))
+        return rows, seed_entries(seeds, self.plan, pt)
 
     def _clock(self, gstate: Any) -> _Clock:
         pt = gstate.getCurrentProcessingTimeMs()
@@ -133,7 +157,7 @@ class InBandProcessor(BucketProcessor):
     def _store(self, gstate: Any, b: Bucket, before: bytes | None, pt: int, now: int) -> None:
         """Write the bucket's row back if it changed and set the bucket's Spark timeout to its
         earliest pending key timeout (Spark clears a group's timeout at every call)."""
-        if not b.entries:
+        if not b.entries and not self.seeded:  # a seeded bucket keeps its row (see seed)
             if before is not None:
                 gstate.remove()
             return
@@ -171,7 +195,7 @@ class InBandLogicProcessor(InBandProcessor, LogicCalls):
     def __call__(self, key: tuple, frames: Iterator[Any], gstate: Any) -> Iterator[Any]:
         self._ready()
         with gc_paused():
-            out = self._logic_bucket(frames, gstate)
+            out = self._logic_bucket(self.seed(frames, gstate) if self.seeded else frames, gstate)
         yield from out
 
     def _logic_bucket(self, frames: Iterator[Any], gstate: Any) -> list:

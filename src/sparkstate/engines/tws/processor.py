@@ -88,7 +88,12 @@ class KeyProcessor(StatefulProcessor, Calls):
             # The same, already due, timeout was set again in a timeout call: Spark deletes the
             # timer that just fired, so arm one for the next batch, where the key is due again.
             self.handle.registerTimer(timer_for(outcome.timeout_ms, now))
-        return self.encode_outputs(key, outcome.outputs)
+        return self.emit(key, outcome.outputs)
+
+    def emit(self, key: Any, outputs: list) -> list:
+        """A call's outputs as the operator yields them: encoded Rows (a pandas frame on 4.0, see
+        :mod:`.pandas_processor`)."""
+        return self.encode_outputs(key, outputs)
 
     # -- the transformWithState callbacks ----------------------------------------------------
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
