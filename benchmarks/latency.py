@@ -20,9 +20,10 @@ last event. Nothing is taken from the job's own clock.
 
 Contenders: Java ``mapGroupsWithState`` / ``flatMapGroupsWithState`` (the reference), raw
 PySpark ``transformWithState``, sparkstate's batched engine (``map_groups_with_state``, and
-``sessionize``), ``map_batches_with_state`` (count), and ``sparkstate run``'s own job (the CLI
-command, with its default trigger unless ``--run-trigger`` says otherwise; ``--run-triggers`` adds one
-job per trigger, ``sparkstate-run@TRIGGER``, to compare triggers in one run). A JSON copy of every
+``sessionize``; ``sparkstate-nopack``: the count with ``BatchedEngine(pack=False)``),
+``map_batches_with_state`` (count), and ``sparkstate run``'s own job (the CLI command, with its
+default trigger unless ``--run-trigger`` says otherwise; ``--run-triggers`` adds one job per
+trigger, ``sparkstate-run@TRIGGER``, to compare triggers in one run). A JSON copy of every
 figure goes to ``benchmarks/results/latency-*.json``.
 """
 
@@ -54,7 +55,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 PARTITIONS = 2
 #: Contenders of each workload; ``sparkstate-run`` is ``sparkstate run``'s own job (the CLI).
 CONTENDERS = {
-    "count": ("java-mgws", "sparkstate-batched", "sparkstate-vectorized", "sparkstate-run", "pyspark-tws"),
+    "count": ("java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-vectorized", "sparkstate-run",
+              "pyspark-tws"),
     "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"),
 }
 REFERENCE = {"count": "java-mgws", "sessions": "java-fmgws"}

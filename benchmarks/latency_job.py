@@ -59,6 +59,10 @@ def _count_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
             raw.TwsCounter(), raw.COUNT_OUTPUT, "Update", "None"),
         "sparkstate-batched": lambda df, t: ss.map_groups_with_state(
             df, key="user", func=c.count_per_key, state_type=int, output_type=raw.COUNT_OUTPUT, engine="batched"),
+        # the batched engine without its packing step before the shuffle (a setting for latency)
+        "sparkstate-nopack": lambda df, t: ss.map_groups_with_state(
+            df, key="user", func=c.count_per_key, state_type=int, output_type=raw.COUNT_OUTPUT,
+            engine=ss.BatchedEngine(pack=False)),
         "sparkstate-vectorized": lambda df, t: ss.map_batches_with_state(
             df, key="user", func=c.count_per_batch, state_type=int, output_type=raw.COUNT_OUTPUT),
     }
