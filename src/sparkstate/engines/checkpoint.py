@@ -42,6 +42,11 @@ def operators(spark: "SparkSession", checkpoint: str | os.PathLike) -> list[dict
     """
     if not has(STATE_READERS):
         return _operators_from_directories(spark, absolute_path(checkpoint))
+    # Spark 4.1 and 4.2's state reader reports to the driver's state store coordinator, which
+    # Spark starts with the session's streaming query manager: in a process that has started no
+    # query yet (a restarted `sparkstate run`, `sparkstate state`), reading fails with
+    # CANNOT_LOAD_STATE_STORE unless the manager exists first.
+    _ = spark.streams.active
     rows = spark.read.format("state-metadata").load(absolute_path(checkpoint)).collect()
     out = []
     for r in rows:

@@ -16,7 +16,6 @@ the one :func:`~sparkstate.io.sinks.start_sink` uses too).
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Callable
 
 from pyspark.sql import functions as F
@@ -52,13 +51,13 @@ class JobTee:
         self.output = output
         self.dead_letters = dead_letters
         self.counts = counts
+        # Written by the batches (one at a time), read by the listener's thread: single dict
+        # operations, no lock (the tee is pickled as it is for Spark Connect's foreachBatch).
         self.counted: dict[int, dict[str, int]] = {}
-        self._lock = threading.Lock()
 
     def counted_of(self, batch_id: int) -> dict[str, int] | None:
         """The output's counts of batch ``batch_id``, when this tee took them."""
-        with self._lock:
-            return self.counted.get(batch_id)
+        return self.counted.get(batch_id)
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
         batch_df.persist()
@@ -73,10 +72,9 @@ class JobTee:
                 row = batch_df.select(OUT, DEAD, f"{OUT}.*").agg(
                     F.count(OUT).alias("rows"), F.count(DEAD).alias("dead"), *self.counts()).collect()[0]
                 out_rows, dead_rows = row["rows"], row["dead"]
-                with self._lock:
-                    self.counted[batch_id] = {k: int(v) for k, v in row.asDict().items() if k != "dead"}
-                    for old in [b for b in self.counted if b <= batch_id - self.KEEP]:
-                        del self.counted[old]
+                self.counted[batch_id] = {k: int(v) for k, v in row.asDict().items() if k != "dead"}
+                for old in [b for b in list(self.counted) if b <= batch_id - self.KEEP]:
+                    self.counted.pop(old, None)
             if self.dead_letters is not None:
                 write_counted(self.dead_letters, batch_df.where(f"{DEAD} IS NOT NULL").select(f"{DEAD}.*"),
                               batch_id, dead_rows)
