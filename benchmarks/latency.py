@@ -22,9 +22,13 @@ Contenders: Java ``mapGroupsWithState`` / ``flatMapGroupsWithState`` (the refere
 PySpark ``transformWithState``, sparkstate's batched engine (``map_groups_with_state``, and
 ``sessionize``; ``sparkstate-nopack``: the count with ``BatchedEngine(pack=False)``),
 ``map_batches_with_state`` (count), and ``sparkstate run``'s own job (the CLI command, with its
-default trigger unless ``--run-trigger`` says otherwise; ``--run-triggers`` adds one job per
-trigger, ``sparkstate-run@TRIGGER``, to compare triggers in one run). A JSON copy of every
-figure goes to ``benchmarks/results/latency-*.json``.
+default trigger unless ``--run-trigger`` says otherwise).
+
+**Variants** measure settings side by side in the same run: ``CONTENDER+SETTING=VALUE[+...]``
+is the contender with the settings of :data:`SETTINGS` changed (``sparkstate-batched+partitions=1``,
+``java-mgws+trigger=100ms+changelog=off``); ``--variants`` adds them to the run, ``--contenders``
+takes them too, and ``--run-triggers`` adds ``sparkstate-run+trigger=T`` per trigger. A JSON copy
+of every figure goes to ``benchmarks/results/latency-*.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import math
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -46,7 +51,7 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .latency_job import JobTask
 
@@ -60,6 +65,111 @@ CONTENDERS = {
     "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"),
 }
 REFERENCE = {"count": "java-mgws", "sessions": "java-fmgws"}
+
+
+def _count(text: str) -> str:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"expected a whole number of at least 1, got {text!r}")
+    return str(int(text))
+
+
+def _switch(text: str) -> str:
+    value = {"on": "true", "true": "true", "off": "false", "false": "false"}.get(text.lower())
+    if value is None:
+        raise ValueError(f"expected on or off, got {text!r}")
+    return value
+
+
+def _trigger(text: str) -> str:
+    from sparkstate.durations import positive_ms
+
+    return f"{positive_ms(text, 'trigger')} milliseconds"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a variant's ``NAME=VALUE`` changes: a Spark setting (``conf``) or, with ``conf`` None,
+    the query's processing-time trigger. ``parse`` checks a value and gives the one passed on."""
+
+    conf: str | None
+    parse: Callable[[str], str]
+    help: str
+
+
+#: The settings a variant (``CONTENDER+NAME=VALUE``) may change, by short name.
+SETTINGS = {
+    "trigger": Setting(None, _trigger, "the query's processing-time trigger, a duration (100ms, 1 second);"
+                       " default: a micro-batch as soon as the previous one ends (sparkstate run: its --trigger)"),
+    "partitions": Setting("spark.sql.shuffle.partitions", _count,
+                          "shuffle partitions, one state store each (the benchmark's default: 2)"),
+    "changelog": Setting("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", _switch,
+                         "RocksDB changelog checkpointing, on (sparkstate's default) or off (every commit"
+                         " uploads RocksDB's files)"),
+    "blocksize": Setting("spark.sql.streaming.stateStore.rocksdb.blockSizeKB", _count,
+                         "RocksDB's SST block size in KB (sparkstate's default: 16)"),
+    "maxrecords": Setting("spark.sql.execution.arrow.maxRecordsPerBatch", _count,
+                          "rows per Arrow batch between the JVM and Python (Spark's default: 10,000)"),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A contender to run: ``base`` (a name of :data:`CONTENDERS`) with ``settings`` changed
+    (short names of :data:`SETTINGS` -> checked values); ``name`` is how it was written."""
+
+    name: str
+    base: str
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def conf(self) -> dict[str, str]:
+        return {c: v for k, v in self.settings.items() if (c := SETTINGS[k].conf) is not None}
+
+    @property
+    def trigger(self) -> str | None:
+        return self.settings.get("trigger")
+
+
+def parse_variant(name: str, workloads: list[str]) -> Variant:
+    """``CONTENDER[+SETTING=VALUE...]`` as a :class:`Variant`; ``ValueError`` (one line) if
+    the contender is none of ``workloads``' or a setting unknown, repeated or its value wrong."""
+    base, *parts = name.split("+")
+    known = [c for w in workloads for c in CONTENDERS[w]]
+    if base not in known:
+        raise ValueError(f"{name}: {base!r} is not a contender of {' or '.join(workloads)}"
+                         f" (one of {', '.join(dict.fromkeys(known))})")
+    settings: dict[str, str] = {}
+    for part in parts:
+        key, _, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in SETTINGS:
+            raise ValueError(f"{name}: unknown setting {key!r} (one of {', '.join(SETTINGS)})")
+        if not value:
+            raise ValueError(f"{name}: {key} needs a value: {key}=VALUE")
+        if key in settings:
+            raise ValueError(f"{name}: {key} is given twice")
+        try:
+            settings[key] = SETTINGS[key].parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {key}: {exc}") from None
+    return Variant(name, base, settings)
+
+
+def plan(args: argparse.Namespace, workload: str) -> list[Variant]:
+    """The contenders of ``workload`` this run measures, in order: each base contender the
+    ``--contenders`` prefixes select (all without them), each variant after its base."""
+    workloads = ["count", "sessions"] if args.workload == "all" else [args.workload]
+    given = args.contenders or []
+    prefixes = [c for c in given if "+" not in c]
+    named = [c for c in given if "+" in c] + list(args.variants or [])
+    named += [f"sparkstate-run+trigger={t}" for t in args.run_triggers]
+    variants = [parse_variant(n, workloads) for n in dict.fromkeys(named)]
+    out = []
+    for base in CONTENDERS[workload]:
+        if not given or any(base.startswith(c) for c in prefixes):
+            out.append(Variant(base, base))
+        out += [v for v in variants if v.base == base]
+    return out
 #: The first seconds of a rate phase are not counted: the job catches up with the change of rate.
 SETTLE_S = 3.0
 
@@ -176,6 +286,30 @@ class Outcome:
     phases: dict = field(default_factory=dict)
     error: str | None = None
     progress: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)  # a variant's: short names of SETTINGS -> values
+
+
+def run_command(contender: Variant, workload: str, bootstrap: str, topic_in: str, topic_out: str, work: Path,
+                tag: str, default_trigger: str | None, submit_args: str | None) -> tuple[list[str], dict[str, str]]:
+    """``sparkstate run``'s command line for ``contender`` and the environment it adds: the
+    trigger goes in ``--trigger``, Spark settings in ``PYSPARK_SUBMIT_ARGS`` as spark-submit
+    ``--conf``s (the command has no flag for them; ``sparkstate.spark_session`` keeps what
+    spark-submit set), before what the variable held."""
+    pipeline = ["running-count"] if workload == "count" else [
+        "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", "1 minute", "--watermark", "10 seconds"]
+    cmd = [sys.executable, "-m", "sparkstate.cli", "run", *pipeline,
+           "--source", f"kafka:{bootstrap}/{topic_in}", "--sink", f"kafka:{bootstrap}/{topic_out}",
+           "--deadletter", f"json:{work / (tag + '-deadletter')}",
+           "--checkpoint", str(work / f"{tag}-checkpoint"), "--option", "startingOffsets=earliest", "--no-progress",
+           "--metrics", str(work / f"{tag}-metrics.jsonl")]
+    trigger = contender.trigger or default_trigger
+    if trigger:
+        cmd += ["--trigger", trigger]
+    env = {}
+    if contender.conf:
+        confs = [a for k, v in contender.conf.items() for a in ("--conf", f"{k}={v}")]
+        env["PYSPARK_SUBMIT_ARGS"] = " ".join([*map(shlex.quote, confs), submit_args or "pyspark-shell"])
+    return cmd, env
 
 
 class Bench:
@@ -186,28 +320,23 @@ class Bench:
         self.work = work
 
     # -- the contender's process ----------------------------------------------------------------
-    def start(self, contender: str, workload: str, topic_in: str, topic_out: str, tag: str) -> tuple[Any, Any]:
+    def start(self, contender: Variant, workload: str, topic_in: str, topic_out: str,
+              tag: str) -> tuple[Any, Any]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
             [str(ROOT), str(ROOT / "src")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
         log = open(self.work / f"{tag}.log", "w")
         checkpoint = self.work / f"{tag}-checkpoint"
-        if contender.startswith("sparkstate-run"):
-            trigger = contender.partition("@")[2] or self.args.run_trigger
-            pipeline = ["running-count"] if workload == "count" else [
-                "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", "1 minute", "--watermark", "10 seconds"]
-            cmd = [sys.executable, "-m", "sparkstate.cli", "run", *pipeline,
-                   "--source", f"kafka:{self.bootstrap}/{topic_in}", "--sink", f"kafka:{self.bootstrap}/{topic_out}",
-                   "--deadletter", f"json:{self.work / (tag + '-deadletter')}",
-                   "--checkpoint", str(checkpoint), "--option", "startingOffsets=earliest", "--no-progress",
-                   "--metrics", str(self.work / f"{tag}-metrics.jsonl")]
-            if trigger:
-                cmd += ["--trigger", trigger]
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.work)
+        if contender.base == "sparkstate-run":
+            cmd, extra_env = run_command(contender, workload, self.bootstrap, topic_in, topic_out, self.work, tag,
+                                         self.args.run_trigger, env.get("PYSPARK_SUBMIT_ARGS"))
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**env, **extra_env},
+                                    cwd=self.work)
             return proc, None
-        task = JobTask(contender=contender, workload=workload, bootstrap=self.bootstrap, topic_in=topic_in,
+        task = JobTask(contender=contender.base, workload=workload, bootstrap=self.bootstrap, topic_in=topic_in,
                        topic_out=topic_out, checkpoint=str(checkpoint), stop_file=str(self.work / f"{tag}.stop"),
-                       progress_file=str(self.work / f"{tag}.progress.json"), jar=self.jar)
+                       progress_file=str(self.work / f"{tag}.progress.json"), jar=self.jar,
+                       conf=contender.conf, trigger=contender.trigger)
         path = self.work / f"{tag}.task.json"
         path.write_text(json.dumps(asdict(task)))
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.latency_job", str(path)], stdout=log,
@@ -229,10 +358,11 @@ class Bench:
         return []
 
     # -- one contender ---------------------------------------------------------------------------
-    def run_one(self, contender: str, workload_name: str) -> Outcome:
+    def run_one(self, variant: Variant, workload_name: str) -> Outcome:
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient, NewTopic
 
+        contender = variant.name
         tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"{workload_name}-{contender}-{uuid.uuid4().hex[:6]}")
         topic_in, topic_out = f"{tag}-in", f"{tag}-out"
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -245,8 +375,8 @@ class Bench:
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 2, "acks": "1"})
         tracker = Tracker(self.bootstrap, topic_out, workload_name)
         tracker.start()
-        outcome = Outcome(contender, workload_name)
-        proc, task = self.start(contender, workload_name, topic_in, topic_out, tag)
+        outcome = Outcome(contender, workload_name, settings=dict(variant.settings))
+        proc, task = self.start(variant, workload_name, topic_in, topic_out, tag)
         probes = 0
 
         def alive() -> None:
@@ -291,7 +421,7 @@ class Bench:
 
             ph = phase("floor")
             ph.start_ms = time.time() * 1000
-            for i in range(self.args.floor):
+            for _ in range(self.args.floor):
                 item = send(workload.rng.choice(workload.keys), last=True)
                 producer.flush()
                 tracker.wait_for({item}, 120, alive)
@@ -419,17 +549,21 @@ def table(outcomes: list[Outcome], workload: str) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", choices=("count", "sessions", "all"), default="all")
-    p.add_argument("--contenders", nargs="*", help="names (prefixes) to run; default: all of the workload")
+    p.add_argument("--contenders", nargs="*",
+                   help="names (prefixes) to run, and variants CONTENDER+SETTING=VALUE; default: all of the workload")
+    p.add_argument("--variants", nargs="*", default=[], metavar="CONTENDER+SETTING=VALUE",
+                   help="more contenders, each a contender with settings changed (+ between several): "
+                        + "; ".join(f"{k}: {v.help}" for k, v in SETTINGS.items()))
     p.add_argument("--keys", type=int, default=50_000)
     p.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000],
                    help="events/s of the rate phases, comma-separated (default: 1000,10000)")
     p.add_argument("--seconds", type=float, default=30.0, help="length of each rate phase (default: 30)")
-    p.add_argument("--floor", type=int, default=10, help="single records of the floor phase (default: 10)")
+    p.add_argument("--floor", type=int, default=30, help="single records of the floor phase (default: 30)")
     p.add_argument("--backlog", type=int, default=200_000, help="events of the backlog phase (0: none)")
     p.add_argument("--run-trigger", default=None, help="--trigger for sparkstate run's job (default: its own)")
     p.add_argument("--run-triggers", type=lambda s: [t.strip() for t in s.split(",") if t.strip()], default=[],
                    help="more sparkstate run jobs, one per trigger (comma-separated, e.g. '100 milliseconds'):"
-                        " contenders sparkstate-run@TRIGGER, to compare triggers in one run")
+                        " the variants sparkstate-run+trigger=TRIGGER")
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--work", default=None,
@@ -437,6 +571,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 2,000 keys, one 200 events/s phase of 5 s, 3 floor records, 5,000 backlog")
     args = p.parse_args(argv)
+    try:
+        for w in ["count", "sessions"] if args.workload == "all" else [args.workload]:
+            plan(args, w)
+    except ValueError as exc:
+        p.error(str(exc))
     if args.quick:
         args.keys, args.rates, args.seconds, args.floor, args.backlog = 2000, [200], 5.0, 3, 5000
     return args
@@ -457,13 +596,9 @@ def main(argv: list[str] | None = None) -> int:
         with kafka_broker.start() as broker:
             bench = Bench(args, broker.bootstrap, jar, work)
             for w in workloads:
-                names = [n for c in CONTENDERS[w] for n in
-                         ([c] + [f"{c}@{t}" for t in args.run_triggers] if c == "sparkstate-run" else [c])]
-                for name in names:
-                    if args.contenders and not any(name.startswith(c) for c in args.contenders):
-                        continue
-                    print(f"{w}: {name} ...", flush=True)
-                    outcomes.append(bench.run_one(name, w))
+                for variant in plan(args, w):
+                    print(f"{w}: {variant.name} ...", flush=True)
+                    outcomes.append(bench.run_one(variant, w))
                     if outcomes[-1].error:
                         print(f"  error: {outcomes[-1].error}", flush=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")

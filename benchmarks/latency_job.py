@@ -1,8 +1,9 @@
 """One latency contender in a process (and a JVM) of its own: Kafka in -> the stateful query -> Kafka out.
 
 ``python -m benchmarks.latency_job TASK.json`` reads the input topic from its beginning, runs
-the contender's query with the default trigger (a micro-batch as soon as the previous one ends
-and data is there) and writes each output row as JSON to the output topic, keyed by its first
+the contender's query with the task's Spark settings (``conf``, over the benchmark's) and
+trigger (``trigger``: a processing-time interval; without it Spark's default, a micro-batch as
+soon as the previous one ends and data is there) and writes each output row as JSON to the output topic, keyed by its first
 column, through Spark's own Kafka sink. It runs until the file ``TASK.stop`` appears (the
 driver of the benchmark, :mod:`benchmarks.latency`, creates it), then writes the query's
 progress reports to ``TASK.progress.json``. ``sparkstate run``'s own job is not run here: the
@@ -41,6 +42,7 @@ class JobTask:
     gap_ms: int = 60_000
     watermark_ms: int = 10_000
     conf: dict = field(default_factory=dict)
+    trigger: str | None = None  # processingTime, e.g. "100 milliseconds"; None: Spark's default
 
 
 def _java(df: DataFrame) -> Any:
@@ -117,9 +119,12 @@ def run(task: JobTask) -> None:
     out = builders(task.workload)[task.contender](events, task)
     record = out.select(F.col(out.columns[0]).cast("string").alias("key"),
                         F.to_json(F.struct(*[F.col(f"`{c}`") for c in out.columns])).alias("value"))
-    query = (record.writeStream.format("kafka").option("kafka.bootstrap.servers", task.bootstrap)
-             .option("topic", task.topic_out).option("checkpointLocation", task.checkpoint)
-             .outputMode(OUTPUT_MODE[task.workload]).start())
+    writer = (record.writeStream.format("kafka").option("kafka.bootstrap.servers", task.bootstrap)
+              .option("topic", task.topic_out).option("checkpointLocation", task.checkpoint)
+              .outputMode(OUTPUT_MODE[task.workload]))
+    if task.trigger:
+        writer = writer.trigger(processingTime=task.trigger)
+    query = writer.start()
     stop = Path(task.stop_file)
     try:
         while not stop.exists():

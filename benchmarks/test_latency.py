@@ -1,8 +1,12 @@
-"""The latency benchmark's bookkeeping, without Spark or Kafka: markers and percentiles."""
+"""The latency benchmark's bookkeeping, without Spark or Kafka: markers, percentiles, and the
+contenders a command line runs (variants: a contender with settings changed)."""
 
 import json
 
-from benchmarks.latency import Workload, partition_of, summarize
+import pytest
+
+from benchmarks.latency import (CONTENDERS, Variant, parse_args, parse_variant, partition_of, plan, run_command,
+                                summarize, Workload)
 
 
 def test_a_count_result_names_the_nth_event_of_its_key():
@@ -32,3 +36,72 @@ def test_percentiles_are_nearest_rank():
 
 def test_a_key_always_goes_to_the_same_partition():
     assert {partition_of("u00007") for _ in range(5)} == {partition_of("u00007")}
+
+
+def _args(*argv):
+    return parse_args(list(argv))
+
+
+def test_a_variant_names_its_contender_and_the_settings_it_changes():
+    v = parse_variant("sparkstate-batched+partitions=1+changelog=off+trigger=100ms", ["count"])
+    assert (v.base, v.trigger) == ("sparkstate-batched", "100 milliseconds")
+    assert v.conf == {"spark.sql.shuffle.partitions": "1",
+                      "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false"}
+    assert parse_variant("java-mgws", ["count"]) == Variant("java-mgws", "java-mgws", {})
+
+
+@pytest.mark.parametrize("name, says", [
+    ("sparkstate-batched+partition=1", "unknown setting 'partition'"),
+    ("sparkstate-batched+partitions=0", "partitions: expected a whole number of at least 1"),
+    ("sparkstate-batched+partitions", "partitions needs a value"),
+    ("sparkstate-batched+changelog=maybe", "changelog: expected on or off"),
+    ("sparkstate-batched+trigger=soon", "trigger: expected a duration"),
+    ("sparkstate-batched+partitions=1+partitions=2", "partitions is given twice"),
+    ("sparkstate-batchd+partitions=1", "'sparkstate-batchd' is not a contender of count"),
+    ("java-fmgws+partitions=1", "'java-fmgws' is not a contender of count"),
+])
+def test_a_wrong_variant_is_refused_in_one_line_before_anything_starts(name, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _args("--workload", "count", "--variants", name)
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert says in error and name in error
+
+
+def test_variants_run_after_their_contender_beside_the_others():
+    args = _args("--workload", "count", "--contenders", "java", "sparkstate-batched",
+                 "sparkstate-batched+partitions=1", "--variants", "java-mgws+trigger=1 second")
+    assert [v.name for v in plan(args, "count")] == [
+        "java-mgws", "java-mgws+trigger=1 second", "sparkstate-batched", "sparkstate-batched+partitions=1"]
+    only = _args("--workload", "all", "--contenders", "sparkstate-batched+partitions=1")
+    assert [v.name for v in plan(only, "sessions")] == ["sparkstate-batched+partitions=1"]
+    everything = _args("--workload", "count", "--variants", "sparkstate-nopack+maxrecords=100")
+    expected = list(CONTENDERS["count"])
+    expected.insert(expected.index("sparkstate-nopack") + 1, "sparkstate-nopack+maxrecords=100")
+    assert [v.name for v in plan(everything, "count")] == expected
+
+
+def test_run_triggers_are_variants_of_sparkstate_run():
+    args = _args("--workload", "count", "--contenders", "sparkstate-run", "--run-triggers", "100 milliseconds,2s")
+    assert [(v.name, v.trigger) for v in plan(args, "count")] == [
+        ("sparkstate-run", None), ("sparkstate-run+trigger=100 milliseconds", "100 milliseconds"),
+        ("sparkstate-run+trigger=2s", "2000 milliseconds")]
+
+
+def test_sparkstate_run_takes_the_trigger_as_a_flag_and_spark_settings_as_spark_submit_confs(tmp_path):
+    v = parse_variant("sparkstate-run+trigger=250ms+partitions=1", ["count"])
+    cmd, env = run_command(v, "count", "127.0.0.1:9092", "in", "out", tmp_path, "t", "1 second", None)
+    assert cmd[cmd.index("--trigger") + 1] == "250 milliseconds"
+    assert env == {"PYSPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=1 pyspark-shell"}
+    plain = parse_variant("sparkstate-run", ["count"])
+    cmd, env = run_command(plain, "count", "127.0.0.1:9092", "in", "out", tmp_path, "t", "1 second", "--x pyspark-shell")
+    assert cmd[cmd.index("--trigger") + 1] == "1 second" and env == {}
+    cmd, env = run_command(parse_variant("sparkstate-run+changelog=off", ["count"]), "count", "b", "in", "out",
+                           tmp_path, "t", None, "--driver-memory 2g pyspark-shell")
+    assert "--trigger" not in cmd
+    assert env["PYSPARK_SUBMIT_ARGS"] == ("--conf spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing"
+                                          ".enabled=false --driver-memory 2g pyspark-shell")
+
+
+def test_the_floor_takes_30_records_by_default():
+    assert _args().floor == 30
