@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol
 from ..errors import ConfigError
 from ..spark import is_connect
 from .files import FileBatchWriter, FileSinkLog, path_exists, run_only
+from .kafka import KafkaBatchWriter
 from .postgres import PostgresBatchWriter, PostgresTarget
 
 if TYPE_CHECKING:
@@ -132,6 +133,16 @@ def write_counted(writer: BatchWriter, batch_df: "DataFrame", batch_id: int, row
         writer(batch_df, batch_id)
 
 
+def writes_uncounted(writer: BatchWriter) -> bool:
+    """Whether ``writer`` takes a part of a batch before anyone counted it, and writes it in the job that
+    runs the batch: the Kafka sink, whose messages go out as the batch's tasks produce them, and
+    for which an empty part is nothing to write and nothing to record. A job's output then leaves
+    as soon as its batch is computed (:class:`~sparkstate.jobs.tee.JobTee`). Every other writer is
+    given the count first (:func:`write_counted`): a file sink records each batch, an empty one
+    too, and the Delta and PostgreSQL writers would commit an empty transaction."""
+    return isinstance(writer, KafkaBatchWriter)
+
+
 def describe(spec: "SinkSpec", output_mode: str, connect: bool = False) -> str:
     """How :func:`batch_writer` writes ``spec`` (for logs)."""
     if spec.is_file:
@@ -181,7 +192,6 @@ def batch_writer(spark: "SparkSession", spec: "SinkSpec", output_mode: str, sche
         return DeltaBatchWriter(spec.path, checkpoint=checkpoint)  # type: ignore[arg-type]
     if spec.kind == "kafka":
         from .connectors import require_kafka_connector
-        from .kafka import KafkaBatchWriter
 
         require_kafka_connector(spark, str(spec))
         return KafkaBatchWriter(spec.url, spec.table, checkpoint=checkpoint)  # type: ignore[arg-type]
@@ -191,4 +201,5 @@ def batch_writer(spark: "SparkSession", spec: "SinkSpec", output_mode: str, sche
 
 
 __all__ = ["CONSOLE_ROWS", "BatchWriter", "ConsoleTable", "FileBatchWriter", "FileSinkLog", "MemoryTable",
-           "batch_writer", "describe", "file_layout", "path_exists", "run_only", "write_counted"]
+           "batch_writer", "describe", "file_layout", "path_exists", "run_only", "write_counted",
+           "writes_uncounted"]
