@@ -226,6 +226,14 @@ def partition_of(key: str) -> int:
     return zlib.crc32(key.encode()) % PARTITIONS
 
 
+def record_of(msg: Any) -> tuple[str, Any]:
+    """A Kafka record's key and JSON value; every record of the benchmark's topics has both."""
+    key, value = msg.key(), msg.value()
+    if key is None or value is None:
+        raise ValueError(f"{msg.topic()}[{msg.partition()}] offset {msg.offset()}: a record without key or value")
+    return key.decode(), json.loads(value)
+
+
 class Tracker(threading.Thread):
     """Reads the output topic as it is written: which (key, marker) results are out."""
 
@@ -251,11 +259,11 @@ class Tracker(threading.Thread):
             if msg.error():
                 self.error = str(msg.error())
                 continue
-            value = json.loads(msg.value())
+            key, value = record_of(msg)
             marker = Workload.marker_of(self.workload, value)
             if marker is not None:
                 with self.cond:
-                    self.seen.add((msg.key().decode(), marker))
+                    self.seen.add((key, marker))
                     self.cond.notify_all()
         self.consumer.close()
 
@@ -480,8 +488,8 @@ class Bench:
                     raise TimeoutError(f"{topic}[{p}]: no message after offset {low} of {high}")
                 if msg.error():
                     continue
-                out.append((msg.key().decode(), json.loads(msg.value()), msg.timestamp()[1]))
-                low = msg.offset() + 1
+                out.append((*record_of(msg), msg.timestamp()[1]))
+                low = (msg.offset() or low) + 1
         consumer.close()
         return out
 

@@ -46,7 +46,7 @@ class JobTask:
 
 
 def _java(df: DataFrame) -> Any:
-    return df.sparkSession._jvm.sparkstate.bench  # type: ignore[attr-defined]
+    return df.sparkSession._jvm.sparkstate.bench  # type: ignore[attr-defined,union-attr]
 
 
 def _count_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
@@ -128,7 +128,7 @@ def run(task: JobTask) -> None:
     stop = Path(task.stop_file)
     try:
         while not stop.exists():
-            if query.awaitTermination(0.2):
+            if query.awaitTermination(0.2):  # type: ignore[arg-type]  # seconds, a float
                 raise RuntimeError(f"{task.contender}: the query ended: {query.exception()}")
         Path(task.progress_file).write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
     finally:
