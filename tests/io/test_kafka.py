@@ -253,3 +253,16 @@ def test_a_job_without_dead_letters_sends_to_kafka_from_the_batch_itself(kafka_s
     assert last == dict(Counter(words))
     assert result.input_rows == len(words)
     assert result.output_rows == len(messages)
+
+
+def test_the_kafka_source_asks_the_broker_for_short_fetch_waits(kafka_spark):
+    """The consumer setting that decides how long a micro-batch's read of a short offset range
+    waits (docs/performance.md, Latency): sparkstate's default reaches Spark's Kafka source, and
+    a value given in the options replaces it."""
+    from sparkstate.io.sources import KAFKA_CONSUMER_DEFAULTS, kafka_records
+
+    (name, value), = KAFKA_CONSUMER_DEFAULTS.items()
+    plan = kafka_records(kafka_spark, "kafka:127.0.0.1:9/t")._jdf.queryExecution().logical().toString()
+    assert f"{name}={value}," in plan or f"{name}={value}]" in plan
+    given = kafka_records(kafka_spark, "kafka:127.0.0.1:9/t", {name: "300"})._jdf.queryExecution().logical().toString()
+    assert f"{name}=300" in given and f"{name}={value}," not in given and f"{name}={value}]" not in given

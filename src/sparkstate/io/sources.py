@@ -301,6 +301,16 @@ KAFKA_OPTIONS = ("startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "mi
                  "fetchOffset.numRetries", "fetchOffset.retryIntervalMs")
 
 
+#: Consumer settings the Kafka source gets unless the options give their own. ``fetch.max.wait.ms``:
+#: how long the broker may hold a fetch that has less than ``fetch.min.bytes`` (Kafka's default
+#: 500 ms). A micro-batch's read of a short offset range waited it out: on the latency benchmark's
+#: local broker, the first stage of a one-record batch took 515-530 ms with Kafka's default and
+#: 40-60 ms with 20 ms, for every contender, Java's included (docs/performance.md, Latency). A
+#: fetch that finds data returns at once either way, so only a read that reaches the end of the
+#: partition's records waits, now 20 ms.
+KAFKA_CONSUMER_DEFAULTS = {"kafka.fetch.max.wait.ms": "20"}
+
+
 def _kafka_reader_options(opts: dict[str, str]) -> dict[str, str]:
     own = {o.lower() for o in KAFKA_OPTIONS}
     return {k: v for k, v in opts.items() if k.lower() in own or k.startswith("kafka.")}
@@ -312,7 +322,8 @@ def kafka_records(spark: "SparkSession", spec: SourceSpec | str, options: Mappin
     Columns: ``key`` and ``value`` (strings), ``topic``, ``partition``, ``offset``,
     ``timestamp`` (the record's Kafka timestamp) and ``_where`` (``kafka:TOPIC/PARTITION@OFFSET``,
     what dead letters carry as their ``source``). ``options`` go to Spark's Kafka source
-    (:data:`KAFKA_OPTIONS`, ``kafka.*`` consumer settings; it ignores others).
+    (:data:`KAFKA_OPTIONS`, ``kafka.*`` consumer settings; it ignores others), over
+    :data:`KAFKA_CONSUMER_DEFAULTS`.
     """
     if isinstance(spec, str):
         spec = parse_source(spec)
@@ -321,6 +332,8 @@ def kafka_records(spark: "SparkSession", spec: SourceSpec | str, options: Mappin
     if kafka_connector_available(spark) is False:
         raise _kafka_missing(spark, spec)
     opts = {str(k): str(v) for k, v in (options or {}).items()}
+    given = {k.lower() for k in opts}
+    opts = {**{k: v for k, v in KAFKA_CONSUMER_DEFAULTS.items() if k.lower() not in given}, **opts}
     try:
         df = (
             spark.readStream.format("kafka")
@@ -422,6 +435,7 @@ __all__ = [
     "FORMATS",
     "Format",
     "KAFKA_PROVIDER",
+    "KAFKA_CONSUMER_DEFAULTS",
     "Source",
     "SourceKind",
     "SourceSpec",
