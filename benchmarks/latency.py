@@ -53,6 +53,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from sparkstate.io.sources import KAFKA_CONSUMER_DEFAULTS
+
 from .latency_job import JobTask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,12 +90,14 @@ def _trigger(text: str) -> str:
 
 @dataclass(frozen=True)
 class Setting:
-    """What a variant's ``NAME=VALUE`` changes: a Spark setting (``conf``) or, with ``conf`` None,
-    the query's processing-time trigger. ``parse`` checks a value and gives the one passed on."""
+    """What a variant's ``NAME=VALUE`` changes: a Spark setting (``conf``), an option of the Kafka
+    source (``option``) or, with neither, the query's processing-time trigger. ``parse`` checks a
+    value and gives the one passed on."""
 
     conf: str | None
     parse: Callable[[str], str]
     help: str
+    option: str | None = None
 
 
 #: The settings a variant (``CONTENDER+NAME=VALUE``) may change, by short name.
@@ -107,6 +111,9 @@ SETTINGS = {
                          " uploads RocksDB's files)"),
     "blocksize": Setting("spark.sql.streaming.stateStore.rocksdb.blockSizeKB", _count,
                          "RocksDB's SST block size in KB (sparkstate's default: 16)"),
+    "fetchwait": Setting(None, _count, "the Kafka source's kafka.fetch.max.wait.ms (every contender's default:"
+                         f" sparkstate's {KAFKA_CONSUMER_DEFAULTS['kafka.fetch.max.wait.ms']}; Kafka's own: 500)",
+                         option="kafka.fetch.max.wait.ms"),
     "maxrecords": Setting("spark.sql.execution.arrow.maxRecordsPerBatch", _count,
                           "rows per Arrow batch between the JVM and Python (Spark's default: 10,000)"),
 }
@@ -124,6 +131,11 @@ class Variant:
     @property
     def conf(self) -> dict[str, str]:
         return {c: v for k, v in self.settings.items() if (c := SETTINGS[k].conf) is not None}
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The Kafka source options it changes."""
+        return {o: v for k, v in self.settings.items() if (o := SETTINGS[k].option) is not None}
 
     @property
     def trigger(self) -> str | None:
@@ -310,6 +322,8 @@ def run_command(contender: Variant, workload: str, bootstrap: str, topic_in: str
            "--deadletter", f"json:{work / (tag + '-deadletter')}",
            "--checkpoint", str(work / f"{tag}-checkpoint"), "--option", "startingOffsets=earliest", "--no-progress",
            "--metrics", str(work / f"{tag}-metrics.jsonl")]
+    for k, v in contender.options.items():
+        cmd += ["--option", f"{k}={v}"]
     trigger = contender.trigger or default_trigger
     if trigger:
         cmd += ["--trigger", trigger]
@@ -344,7 +358,7 @@ class Bench:
         task = JobTask(contender=contender.base, workload=workload, bootstrap=self.bootstrap, topic_in=topic_in,
                        topic_out=topic_out, checkpoint=str(checkpoint), stop_file=str(self.work / f"{tag}.stop"),
                        progress_file=str(self.work / f"{tag}.progress.json"), jar=self.jar,
-                       conf=contender.conf, trigger=contender.trigger)
+                       conf=contender.conf, options=contender.options, trigger=contender.trigger)
         path = self.work / f"{tag}.task.json"
         path.write_text(json.dumps(asdict(task)))
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.latency_job", str(path)], stdout=log,

@@ -1,9 +1,11 @@
 """One latency contender in a process (and a JVM) of its own: Kafka in -> the stateful query -> Kafka out.
 
 ``python -m benchmarks.latency_job TASK.json`` reads the input topic from its beginning, runs
-the contender's query with the task's Spark settings (``conf``, over the benchmark's) and
-trigger (``trigger``: a processing-time interval; without it Spark's default, a micro-batch as
-soon as the previous one ends and data is there) and writes each output row as JSON to the output topic, keyed by its first
+the contender's query with the task's Spark settings (``conf``, over the benchmark's), Kafka
+source options (``options``, over the consumer settings sparkstate's own Kafka source has:
+:data:`sparkstate.io.sources.KAFKA_CONSUMER_DEFAULTS`) and trigger (``trigger``: a processing-time
+interval; without it Spark's default, a micro-batch as soon as the previous one ends and data is
+there) and writes each output row as JSON to the output topic, keyed by its first
 column, through Spark's own Kafka sink. It runs until the file ``TASK.stop`` appears (the
 driver of the benchmark, :mod:`benchmarks.latency`, creates it), then writes the query's
 progress reports to ``TASK.progress.json``. ``sparkstate run``'s own job is not run here: the
@@ -42,6 +44,7 @@ class JobTask:
     gap_ms: int = 60_000
     watermark_ms: int = 10_000
     conf: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # the Kafka source's, over sparkstate's KAFKA_CONSUMER_DEFAULTS
     trigger: str | None = None  # processingTime, e.g. "100 milliseconds"; None: Spark's default
 
 
@@ -107,6 +110,7 @@ OUTPUT_MODE = {"count": "update", "sessions": "append"}
 def run(task: JobTask) -> None:
     from . import runner
     from sparkstate.io import connectors
+    from sparkstate.io.sources import KAFKA_CONSUMER_DEFAULTS
 
     conf = {**connectors.spark_settings(kafka=True), **task.conf}
     if task.contender.startswith("java") or task.contender.startswith("pyspark-pandas"):
@@ -114,7 +118,9 @@ def run(task: JobTask) -> None:
     spark = runner.start_session(task.jar, conf)
     schema = COUNT_SCHEMA if task.workload == "count" else SESSIONS_SCHEMA
     raw_in = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", task.bootstrap)
-              .option("subscribe", task.topic_in).option("startingOffsets", "earliest").load())
+              .option("subscribe", task.topic_in).option("startingOffsets", "earliest")
+              # every contender reads with the consumer settings `sparkstate run`'s source has
+              .options(**{**KAFKA_CONSUMER_DEFAULTS, **task.options}).load())
     events = raw_in.select(F.from_json(F.col("value").cast("string"), schema).alias("e")).select("e.*")
     out = builders(task.workload)[task.contender](events, task)
     record = out.select(F.col(out.columns[0]).cast("string").alias("key"),

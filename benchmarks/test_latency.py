@@ -2,6 +2,7 @@
 contenders a command line runs (variants: a contender with settings changed)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,14 @@ def test_sparkstate_run_takes_the_trigger_as_a_flag_and_spark_settings_as_spark_
 
 def test_the_floor_takes_30_records_by_default():
     assert _args().floor == 30
+
+
+def test_a_fetch_wait_variant_is_a_source_option_for_every_contender():
+    """``fetchwait`` changes the Kafka source's option: in the library job's task, and as
+    ``--option`` on ``sparkstate run``'s command line; it is no Spark setting."""
+    v = parse_variant("sparkstate-run+fetchwait=500", ["count"])
+    assert v.options == {"kafka.fetch.max.wait.ms": "500"} and v.conf == {}
+    cmd, env = run_command(v, "count", "b:1", "in", "out", Path("/w"), "t", None, None)
+    assert "kafka.fetch.max.wait.ms=500" in cmd and cmd[cmd.index("kafka.fetch.max.wait.ms=500") - 1] == "--option"
+    assert "PYSPARK_SUBMIT_ARGS" not in env
+    assert parse_variant("java-mgws+fetchwait=500", ["count"]).options == {"kafka.fetch.max.wait.ms": "500"}
