@@ -62,7 +62,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 PARTITIONS = 2
 #: Contenders of each workload; ``sparkstate-run`` is ``sparkstate run``'s own job (the CLI).
 CONTENDERS = {
-    "count": ("java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-vectorized", "sparkstate-run",
+    "count": ("java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-inband", "sparkstate-vectorized", "sparkstate-run",
               "pyspark-tws"),
     "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"),
 }

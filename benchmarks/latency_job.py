@@ -68,6 +68,9 @@ def _count_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
         "sparkstate-nopack": lambda df, t: ss.map_groups_with_state(
             df, key="user", func=c.count_per_key, state_type=int, output_type=raw.COUNT_OUTPUT,
             engine=ss.BatchedEngine(pack=False)),
+        # the engine on applyInPandasWithState (PySpark 3.5/4.0's default): no state server per task
+        "sparkstate-inband": lambda df, t: ss.map_groups_with_state(
+            df, key="user", func=c.count_per_key, state_type=int, output_type=raw.COUNT_OUTPUT, engine="inband"),
         "sparkstate-vectorized": lambda df, t: ss.map_batches_with_state(
             df, key="user", func=c.count_per_batch, state_type=int, output_type=raw.COUNT_OUTPUT),
     }
