@@ -94,6 +94,7 @@ bench-35: $(STAMP)
 # Latency (benchmarks/latency.py): Kafka in -> the stateful job -> Kafka out through a local broker,
 # each contender in its own JVM: the one-record floor, p50/p95/p99 at fixed rates, the sustained rate.
 # LATENCY_ARGS="--quick" for a smoke run; "--workload count --rates 1000,10000 --seconds 30" to choose.
+# Without LATENCY_ARGS: every contender and the settings variants of docs/performance.md (about 25 min).
 bench-latency: $(STAMP) kafka
 	$(PY) -m benchmarks.latency $(LATENCY_ARGS)
 

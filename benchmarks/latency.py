@@ -167,13 +167,26 @@ def parse_variant(name: str, workloads: list[str]) -> Variant:
     return Variant(name, base, settings)
 
 
+#: The variants of docs/performance.md's settings table, which a run measures when it is given
+#: neither ``--contenders`` nor ``--variants`` (each runs only in the workload of its contender).
+DOCUMENTED_VARIANTS = (
+    "java-mgws+fetchwait=500", "java-mgws+partitions=1", "sparkstate-batched+fetchwait=500",
+    "sparkstate-batched+partitions=1", "sparkstate-batched+changelog=off", "sparkstate-run+trigger=100ms",
+    "java-fmgws+fetchwait=500",
+)
+
+
 def plan(args: argparse.Namespace, workload: str) -> list[Variant]:
     """The contenders of ``workload`` this run measures, in order: each base contender the
-    ``--contenders`` prefixes select (all without them), each variant after its base."""
+    ``--contenders`` prefixes select (all without them), each variant after its base (without
+    ``--contenders`` and ``--variants``: :data:`DOCUMENTED_VARIANTS`; ``--quick``: none)."""
     workloads = ["count", "sessions"] if args.workload == "all" else [args.workload]
     given = args.contenders or []
     prefixes = [c for c in given if "+" not in c]
-    named = [c for c in given if "+" in c] + list(args.variants or [])
+    variants_given = args.variants
+    if variants_given is None:
+        variants_given = [] if (given or args.quick) else list(DOCUMENTED_VARIANTS)
+    named = [c for c in given if "+" in c] + list(variants_given)
     named += [f"sparkstate-run+trigger={t}" for t in args.run_triggers]
     variants = [parse_variant(n, workloads) for n in dict.fromkeys(named)]
     out = []
@@ -182,6 +195,8 @@ def plan(args: argparse.Namespace, workload: str) -> list[Variant]:
             out.append(Variant(base, base))
         out += [v for v in variants if v.base == base]
     return out
+
+
 #: The first seconds of a rate phase are not counted: the job catches up with the change of rate.
 SETTLE_S = 3.0
 
@@ -573,8 +588,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--workload", choices=("count", "sessions", "all"), default="all")
     p.add_argument("--contenders", nargs="*",
                    help="names (prefixes) to run, and variants CONTENDER+SETTING=VALUE; default: all of the workload")
-    p.add_argument("--variants", nargs="*", default=[], metavar="CONTENDER+SETTING=VALUE",
-                   help="more contenders, each a contender with settings changed (+ between several): "
+    p.add_argument("--variants", nargs="*", default=None, metavar="CONTENDER+SETTING=VALUE",
+                   help="more contenders, each a contender with settings changed (+ between several; default,"
+                        " without --contenders: docs/performance.md's settings table, DOCUMENTED_VARIANTS): "
                         + "; ".join(f"{k}: {v.help}" for k, v in SETTINGS.items()))
     p.add_argument("--keys", type=int, default=50_000)
     p.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[1000, 10000],

@@ -117,3 +117,15 @@ def test_a_fetch_wait_variant_is_a_source_option_for_every_contender():
     assert "kafka.fetch.max.wait.ms=500" in cmd and cmd[cmd.index("kafka.fetch.max.wait.ms=500") - 1] == "--option"
     assert "PYSPARK_SUBMIT_ARGS" not in env
     assert parse_variant("java-mgws+fetchwait=500", ["count"]).options == {"kafka.fetch.max.wait.ms": "500"}
+
+
+def test_a_plain_run_measures_the_documented_settings_table():
+    """`python -m benchmarks.latency` alone is the run docs/performance.md shows: every contender
+    and the settings variants of its table; choosing contenders, or --quick, adds none of them."""
+    from benchmarks.latency import DOCUMENTED_VARIANTS
+
+    names = [v.name for w in ("count", "sessions") for v in plan(_args(), w)]
+    assert set(DOCUMENTED_VARIANTS) <= set(names)
+    assert set(CONTENDERS["count"]) | set(CONTENDERS["sessions"]) <= set(names)
+    assert [v.name for v in plan(_args("--contenders", "java"), "count")] == ["java-mgws"]
+    assert all("+" not in v.name for v in plan(_args("--quick"), "count"))
