@@ -304,8 +304,8 @@ KAFKA_OPTIONS = ("startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "mi
 #: Consumer settings the Kafka source gets unless the options give their own. ``fetch.max.wait.ms``:
 #: how long the broker may hold a fetch that has less than ``fetch.min.bytes`` (Kafka's default
 #: 500 ms). A micro-batch's read of a short offset range waited it out: on the latency benchmark's
-#: local broker, the first stage of a one-record batch took 515-530 ms with Kafka's default and
-#: 40-60 ms with 20 ms, for every contender, Java's included (docs/performance.md, Latency). A
+#: local broker, the first stage of a one-record batch took 510-533 ms with Kafka's default and
+#: 31-56 ms with 20 ms, for every contender, Java's included (docs/performance.md, Latency). A
 #: fetch that finds data returns at once either way, so only a read that reaches the end of the
 #: partition's records waits, now 20 ms.
 KAFKA_CONSUMER_DEFAULTS = {"kafka.fetch.max.wait.ms": "20"}
