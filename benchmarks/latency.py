@@ -53,6 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from sparkstate.durations import positive_ms
 from sparkstate.io.sources import KAFKA_CONSUMER_DEFAULTS
 
 from .latency_job import JobTask
@@ -62,8 +63,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 PARTITIONS = 2
 #: Contenders of each workload; ``sparkstate-run`` is ``sparkstate run``'s own job (the CLI).
 CONTENDERS = {
-    "count": ("java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-inband", "sparkstate-vectorized", "sparkstate-run",
-              "pyspark-tws"),
+    "count": ("java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-inband", "sparkstate-vectorized",
+              "sparkstate-run", "pyspark-tws"),
     "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"),
 }
 REFERENCE = {"count": "java-mgws", "sessions": "java-fmgws"}
@@ -83,8 +84,6 @@ def _switch(text: str) -> str:
 
 
 def _trigger(text: str) -> str:
-    from sparkstate.durations import positive_ms
-
     return f"{positive_ms(text, 'trigger')} milliseconds"
 
 
