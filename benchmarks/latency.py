@@ -170,7 +170,7 @@ def parse_variant(name: str, workloads: list[str]) -> Variant:
 #: neither ``--contenders`` nor ``--variants`` (each runs only in the workload of its contender).
 DOCUMENTED_VARIANTS = (
     "java-mgws+fetchwait=500", "java-mgws+partitions=1", "sparkstate-batched+fetchwait=500",
-    "sparkstate-batched+partitions=1", "sparkstate-batched+changelog=off", "sparkstate-run+trigger=100ms",
+    "sparkstate-batched+partitions=1", "sparkstate-batched+changelog=off", "sparkstate-run+trigger=1s",
     "java-fmgws+fetchwait=500",
 )
 

@@ -191,7 +191,7 @@ def test_every_default_stated_for_a_sparkstate_flag_matches_the_code():
         if not any(_same_value(value, d) for d in defaults):
             wrong.append(f"{doc}: {flag} is said to default to {value!r}; the code says {defaults}")
     assert not wrong, "\n".join(wrong)
-    assert checked >= 8
+    assert checked >= 7  # the stated defaults the docs hold today (--trigger has none: it depends on the job)
 
 
 # --- files, links and make targets -----------------------------------------------------------

@@ -71,10 +71,29 @@ def test_sessionize_settings_are_ignored_with_a_warning_elsewhere(caplog):
 
 
 @pytest.mark.parametrize(
+    "pipeline, source, settings, trigger",
+    [
+        ("running-count", "kafka:localhost:9092/words", {}, "0 seconds"),
+        ("sessionize", "socket:9999", {}, "0 seconds"),
+        ("sessionize", "kafka:localhost:9092/clicks", {"time_mode": "processing"}, "1 second"),
+        ("running-count", "files:in", {}, "1 second"),
+        ("sessionize", "generator", {}, "1 second"),
+        ("running-count", "kafka:localhost:9092/words", {"trigger": "250 milliseconds"}, "250 milliseconds"),
+        ("sessionize", "files:in", {"trigger": "0 seconds"}, "0 seconds"),
+    ],
+)
+def test_the_trigger_defaults_to_none_only_where_nothing_would_run_back_to_back(pipeline, source, settings, trigger):
+    cfg = JobConfig(pipeline, source=source, **settings)
+    assert cfg.trigger == trigger
+    assert cfg.given("trigger") == ("trigger" in settings)
+    assert cfg.replace(once=True).trigger == trigger  # the default is decided again, not carried as given
+
+
+@pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"pipeline": "sessionize", "source": "files:x", "gap": "soon"}, "run: gap: expected a duration such as '1 minute'"),
-        ({"pipeline": "sessionize", "source": "files:x", "trigger": "0 seconds"}, "run: trigger: expected a positive"),
+        ({"pipeline": "sessionize", "source": "files:x", "trigger": "-1 second"}, "run: trigger: expected a duration such as"),
         ({"pipeline": "sessionize", "source": "files:x", "watermark": "-1 second"}, "run: watermark"),
         ({"pipeline": "sessionize", "source": "files:x", "time_mode": "wall"}, "run: time-mode must be one of event, processing, got 'wall'"),
         ({"pipeline": "sessionize", "source": "files:x", "format": "xml"}, "format must be one of json, csv, parquet"),

@@ -39,6 +39,34 @@ log = logging.getLogger("sparkstate.jobs")
 PIPELINE_NAMES: tuple[str, ...] = tuple(JOB_PIPELINES)
 
 
+#: Sources read on a schedule (a directory listed, a generator's clock): a job of theirs starts a
+#: batch at most once a second unless its trigger is given. Kafka and socket records start one as
+#: soon as the previous batch ends (Spark's own default).
+SCHEDULED_SOURCES = ("files", "generator")
+#: The trigger of a job on a scheduled source, or with processing-time timers, that gives none.
+PACED_TRIGGER = "1 second"
+
+
+def default_trigger(config: "JobConfig") -> str:
+    """The trigger of a job that gives none: :data:`PACED_TRIGGER` when its source is scheduled
+    (:data:`SCHEDULED_SOURCES`: polling a directory on an object store back to back costs a listing
+    every few milliseconds) or its pipeline has processing-time timers (Spark runs a batch at every
+    trigger: back to back when idle); otherwise ``"0 seconds"``, a batch as soon as the previous one
+    ends, so a record waits for no interval.
+
+    >>> default_trigger(JobConfig("running-count", source="kafka:localhost:9092/words"))
+    '0 seconds'
+    >>> default_trigger(JobConfig("sessionize", source="kafka:localhost:9092/clicks", time_mode="processing"))
+    '1 second'
+    >>> default_trigger(JobConfig("running-count", source="files:/in"))
+    '1 second'
+    """
+    timers = JOB_PIPELINES[config.pipeline].processing_timers
+    if config.source_spec.kind in SCHEDULED_SOURCES or (timers is not None and timers(config)):
+        return PACED_TRIGGER
+    return "0 seconds"
+
+
 def all_settings() -> dict[str, Setting]:
     """Every setting by name: the job's (:data:`~sparkstate.jobs.settings.JOB_SETTINGS`), then each pipeline's."""
     out = {s.name: s for s in JOB_SETTINGS}
@@ -129,6 +157,8 @@ class JobConfig:
         object.__setattr__(self, "source_spec", source_spec)
         object.__setattr__(self, "sink_spec", sink_spec)
         object.__setattr__(self, "deadletter_spec", dead_spec)
+        if values["trigger"] is None:
+            values["trigger"] = default_trigger(self)
         check = JOB_PIPELINES[pipeline].check
         if check is not None:
             check(self)
@@ -412,10 +442,13 @@ def _drop_foreign_settings(merged: dict[str, Any], origin: Mapping[str, str]) ->
 __all__ = [
     "ENV_PREFIX",
     "JobConfig",
+    "PACED_TRIGGER",
     "PIPELINE_NAMES",
+    "SCHEDULED_SOURCES",
     "all_settings",
     "check_here",
     "deadletters_needed",
+    "default_trigger",
     "load_config",
     "owners",
     "read_config_file",

@@ -89,7 +89,10 @@ class JobPipeline:
     them. ``check(config)``: refuses (:class:`~sparkstate.errors.ConfigError`) a combination of
     settings the pipeline cannot run with, before Spark starts. ``marker``: the
     settings its checkpoint records, which a restart must keep
-    (:func:`~sparkstate.jobs.marker.check_checkpoint`).
+    (:func:`~sparkstate.jobs.marker.check_checkpoint`). ``processing_timers(config)``: whether its
+    operator has processing-time timers with these settings; Spark then runs a batch at every
+    trigger, data or not, so such a job's trigger is never 0 by default
+    (:func:`~sparkstate.jobs.config.default_trigger`).
     """
 
     name: str
@@ -102,6 +105,7 @@ class JobPipeline:
     settings: tuple[Setting, ...] = ()
     check: Callable[[SettingValues], None] | None = None
     marker: tuple[Kept, ...] = ()
+    processing_timers: Callable[[SettingValues], bool] | None = None
 
     @property
     def rejects(self) -> bool:
@@ -199,7 +203,7 @@ SESSIONIZE_SETTINGS = (
                          " or processing (this machine's clock; late events do not exist)", "event", kind="choice",
             choices=TIME_MODES),
     Setting("watermark", "event time: allowed lateness; an event older than the latest event time minus this"
-                         " goes to the dead letters", "10 seconds", kind="lateness", metavar="DURATION"),
+                         " goes to the dead letters", "10 seconds", kind="delay", metavar="DURATION"),
     Setting("max_future_skew", "event time: events more than this ahead of the processing time go to the dead"
                                " letters instead of moving the watermark (default: no limit)", kind="duration",
             metavar="DURATION"),
@@ -226,6 +230,7 @@ JOB_PIPELINES: dict[str, JobPipeline] = {
             "sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out,
             refusals=Refusals(REJECTED, ("event_time", "data", "is_last"), late=LATE_PREFIX),
             settings=SESSIONIZE_SETTINGS, check=_check_sessionize,
+            processing_timers=lambda cfg: cfg.time_mode == "processing",
             marker=(Kept("time_mode", "holds {stored}-time {pipeline} state, and this job runs in {want} time: its"
                                       " pending timeouts would be read on the wrong clock"),),
         ),

@@ -14,10 +14,10 @@ settings are :data:`JOB_SETTINGS`; each pipeline declares its own beside it
 Traceback (most recent call last):
 ...
 sparkstate.errors.ConfigError: run: time-mode must be one of event, processing, got 'wall'
->>> Setting("trigger", "micro-batch interval", "1 second", kind="duration").value("0 seconds", "flags")
+>>> Setting("gap", "inactivity that ends a session", "1 minute", kind="duration").value("0 seconds", "flags")
 Traceback (most recent call last):
 ...
-sparkstate.errors.ConfigError: run: trigger: expected a positive duration, got '0 seconds' (0 ms)
+sparkstate.errors.ConfigError: run: gap: expected a positive duration, got '0 seconds' (0 ms)
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from ..paths import absolute_path
 ENV_PREFIX = "SPARKSTATE_"
 
 #: ``text``: a string; ``path``: a local path (made absolute) or a URI; ``bool``; ``count``: a whole
-#: number >= 0; ``duration``: a positive duration; ``lateness``: a duration >= 0; ``choice``: one of
+#: number >= 0; ``duration``: a positive duration; ``delay``: a duration >= 0; ``choice``: one of
 #: ``choices``; ``options``: KEY=VALUE pairs.
-Kind = Literal["text", "path", "bool", "count", "duration", "lateness", "choice", "options"]
+Kind = Literal["text", "path", "bool", "count", "duration", "delay", "choice", "options"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -107,7 +107,7 @@ class Setting:
             raise ConfigError(f"{where}: {self.name} must be a single value, got {type(raw).__name__}")
         elif self.kind == "count":
             value = _count(raw, what)
-        elif self.kind in ("duration", "lateness"):
+        elif self.kind in ("duration", "delay"):
             try:
                 ms = positive_ms(raw, f"run: {self.name}") if self.kind == "duration" else to_ms(raw, f"run: {self.name}")
             except ValueError as exc:
@@ -209,7 +209,10 @@ def _job_settings() -> tuple[Setting, ...]:
                 metavar="DIR"),
         Setting("deadletter", "sink for malformed records, a SPEC like --sink's (default: DIR/_deadletter beside a"
                               " file or delta sink, console for console)", metavar="SPEC", check=_sink),
-        Setting("trigger", "micro-batch interval", "1 second", kind="duration", metavar="DURATION"),
+        Setting("trigger", "micro-batch interval; 0: a batch as soon as the previous one ends (default: 0 for kafka:"
+                           " and socket: sources, 1 second for files: and generator: ones and for processing-time"
+                           " sessionize, whose timers make Spark run a batch at every trigger)", kind="delay",
+                metavar="DURATION"),
         Setting("initial_state", "the state a new checkpoint starts from: Parquet (as `sparkstate state export`"
                                  " writes it) or JSON lines of the key and state fields (visited-pages: user_id,"
                                  " visited_pages; json:PATH / parquet:PATH to say which)", metavar="PATH",
