@@ -419,6 +419,8 @@ class Bench:
             if proc.poll() is not None:
                 raise RuntimeError(f"{contender} exited with {proc.returncode}; see {self.work / (tag + '.log')}")
 
+        phase_of: dict = {}  # (key, marker) -> the phase that sent it
+
         def send(key: str, last: bool | None = None) -> Any:
             value, marker = workload.event(key, last)
             while True:
@@ -427,7 +429,10 @@ class Bench:
                     break
                 except BufferError:
                     producer.poll(0.05)
-            return None if marker is None else (key, marker)
+            if marker is None:
+                return None
+            phase_of[(key, marker)] = next(reversed(outcome.phases))
+            return (key, marker)
 
         def barrier(timeout_s: float) -> None:
             nonlocal probes
@@ -497,7 +502,7 @@ class Bench:
             tracker.stopped = True
             tracker.join(10)
         if outcome.error is None:
-            self.measure(outcome, workload, topic_in, topic_out)
+            self.measure(outcome, workload, topic_in, topic_out, phase_of)
         return outcome
 
     # -- latencies from the two topics -------------------------------------------------------------
@@ -521,7 +526,7 @@ class Bench:
         consumer.close()
         return out
 
-    def measure(self, outcome: Outcome, workload: Workload, topic_in: str, topic_out: str) -> None:
+    def measure(self, outcome: Outcome, workload: Workload, topic_in: str, topic_out: str, phase_of: dict) -> None:
         nth: dict[str, int] = {}
         appended: dict = {}
         for key, value, ts in self._read_all(topic_in):  # partition by partition, each in offset order
@@ -529,28 +534,37 @@ class Bench:
             marker = workload.input_marker(value, nth[key])
             if marker is not None:
                 appended[(key, marker)] = ts
-        by_phase: dict[str, list[float]] = {name: [] for name in outcome.phases}
-        backlog_end = None
-        for key, value, ts in self._read_all(topic_out):
-            if key.startswith("probe"):
-                continue
-            marker = Workload.marker_of(outcome.workload, value)
-            t_in = appended.get((key, marker))
-            if t_in is None:
-                continue
-            for name, ph in outcome.phases.items():
-                lo = ph.start_ms + (SETTLE_S * 1000 if ph.rate else 0)
-                if lo - 50 <= t_in <= ph.end_ms + 50:
-                    by_phase[name].append(ts - t_in)
-                    if name == "backlog":
-                        backlog_end = max(backlog_end or 0, ts)
-                    break
+        outputs = [(key, Workload.marker_of(outcome.workload, value), ts)
+                   for key, value, ts in self._read_all(topic_out) if not key.startswith("probe")]
+        by_phase, backlog_end = phase_latencies(outcome.phases, appended, outputs, phase_of)
         for name, ph in outcome.phases.items():
             entry = {"sent": ph.sent, "rate": ph.rate, **summarize(by_phase[name])}
             if name == "backlog" and backlog_end:
                 entry["sustained_events_per_s"] = round(ph.sent / max(0.001, (backlog_end - ph.start_ms) / 1000), 1)
             outcome.phases[name] = entry
 
+
+def phase_latencies(phases: dict[str, Phase], appended: dict, outputs: list, phase_of: dict
+                    ) -> tuple[dict[str, list[float]], float | None]:
+    """Each phase's latencies: an output record's append time minus its input's (``appended``, by
+    (key, marker)), in the phase that sent that input (``phase_of``), leaving out a rate phase's
+    first :data:`SETTLE_S` seconds; and the last append time of the backlog's outputs. An input is
+    counted in the phase that sent it, not by when it was appended: a phase that follows another
+    at once (the first rate phase after the floor) would otherwise lend it its first records."""
+    by_phase: dict[str, list[float]] = {name: [] for name in phases}
+    backlog_end = None
+    for key, marker, ts in outputs:
+        t_in = appended.get((key, marker))
+        name = phase_of.get((key, marker))
+        if t_in is None or name not in phases:
+            continue
+        ph = phases[name]
+        if ph.rate and t_in < ph.start_ms + SETTLE_S * 1000:
+            continue
+        by_phase[name].append(ts - t_in)
+        if name == "backlog":
+            backlog_end = max(backlog_end or 0, ts)
+    return by_phase, backlog_end
 
 def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:,.0f}"

@@ -129,3 +129,17 @@ def test_a_plain_run_measures_the_documented_settings_table():
     assert set(CONTENDERS["count"]) | set(CONTENDERS["sessions"]) <= set(names)
     assert [v.name for v in plan(_args("--contenders", "java"), "count")] == ["java-mgws"]
     assert all("+" not in v.name for v in plan(_args("--quick"), "count"))
+
+
+def test_an_input_counts_in_the_phase_that_sent_it_not_the_one_whose_window_its_time_falls_in():
+    from benchmarks.latency import SETTLE_S, Phase, phase_latencies
+
+    floor = Phase("floor", start_ms=1_000, end_ms=2_000, sent=1)
+    rate = Phase("1000/s", start_ms=2_000, end_ms=20_000, sent=3, rate=1000)
+    settled = 2_000 + SETTLE_S * 1000
+    appended = {("a", 2): 1_500, ("b", 2): 2_010, ("c", 2): settled + 5, ("d", 2): settled + 10}
+    phase_of = {("a", 2): "floor", ("b", 2): "1000/s", ("c", 2): "1000/s", ("d", 2): "1000/s"}
+    outputs = [("a", 2, 1_800), ("b", 2, 2_400), ("c", 2, settled + 305), ("x", 2, 9_999), ("d", 2, settled + 60)]
+    got, backlog_end = phase_latencies({"floor": floor, "1000/s": rate}, appended, outputs, phase_of)
+    # b was appended 10 ms after the floor ended: it is the rate phase's, inside its settling time
+    assert got == {"floor": [300], "1000/s": [300, 50]} and backlog_end is None
