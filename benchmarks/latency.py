@@ -566,6 +566,7 @@ def phase_latencies(phases: dict[str, Phase], appended: dict, outputs: list, pha
             backlog_end = max(backlog_end or 0, ts)
     return by_phase, backlog_end
 
+
 def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:,.0f}"
 

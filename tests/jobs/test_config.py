@@ -163,3 +163,14 @@ def test_processing_time_refuses_event_time_settings():
     with pytest.raises(ConfigError, match="run: --emit-on-last applies to --time-mode event"):
         JobConfig("sessionize", source="files:x", time_mode="processing", emit_on_last=True)
     assert JobConfig("sessionize", source="files:x", time_mode="processing").watermark == "10 seconds"
+
+
+@pytest.mark.parametrize("kind", ["delay", "lateness"])  # lateness: the kind's earlier name (docs/api.md)
+def test_a_delay_setting_takes_zero_and_refuses_what_is_not_a_duration(kind):
+    from sparkstate.jobs.settings import Setting
+
+    setting = Setting("pause", "a pause", "1 second", kind=kind)
+    assert setting.value("0 seconds", "flags") == "0 seconds"
+    assert setting.value(" 250 milliseconds ", "flags") == "250 milliseconds"
+    with pytest.raises(ConfigError, match=r"run: pause: expected a duration"):
+        setting.value("soon", "flags")

@@ -33,9 +33,9 @@ from ..paths import absolute_path
 ENV_PREFIX = "SPARKSTATE_"
 
 #: ``text``: a string; ``path``: a local path (made absolute) or a URI; ``bool``; ``count``: a whole
-#: number >= 0; ``duration``: a positive duration; ``delay``: a duration >= 0; ``choice``: one of
-#: ``choices``; ``options``: KEY=VALUE pairs.
-Kind = Literal["text", "path", "bool", "count", "duration", "delay", "choice", "options"]
+#: number >= 0; ``duration``: a positive duration; ``delay``: a duration >= 0 (``lateness``, its
+#: earlier name, is the same kind); ``choice``: one of ``choices``; ``options``: KEY=VALUE pairs.
+Kind = Literal["text", "path", "bool", "count", "duration", "delay", "lateness", "choice", "options"]
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -107,7 +107,7 @@ class Setting:
             raise ConfigError(f"{where}: {self.name} must be a single value, got {type(raw).__name__}")
         elif self.kind == "count":
             value = _count(raw, what)
-        elif self.kind in ("duration", "delay"):
+        elif self.kind in ("duration", "delay", "lateness"):
             try:
                 ms = positive_ms(raw, f"run: {self.name}") if self.kind == "duration" else to_ms(raw, f"run: {self.name}")
             except ValueError as exc:
