@@ -157,7 +157,7 @@ class JobConfig:
         object.__setattr__(self, "source_spec", source_spec)
         object.__setattr__(self, "sink_spec", sink_spec)
         object.__setattr__(self, "deadletter_spec", dead_spec)
-        if values["trigger"] is None:
+        if values["trigger"] is None:  # decided from this config's source and pipeline settings, set above
             values["trigger"] = default_trigger(self)
         check = JOB_PIPELINES[pipeline].check
         if check is not None:
