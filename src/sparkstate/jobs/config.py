@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..errors import ConfigError
 from ..paths import absolute_path
 from .pipelines import JOB_PIPELINES
-from .settings import ENV_PREFIX, JOB_SETTINGS, Setting, initial_state_path
+from .settings import ENV_PREFIX, JOB_SETTINGS, PACED_TRIGGER, SCHEDULED_SOURCES, Setting, initial_state_path
 
 if TYPE_CHECKING:
     from ..io.sinks import SinkSpec
@@ -39,17 +39,9 @@ log = logging.getLogger("sparkstate.jobs")
 PIPELINE_NAMES: tuple[str, ...] = tuple(JOB_PIPELINES)
 
 
-#: Sources read on a schedule (a directory listed, a generator's clock): a job of theirs starts a
-#: batch at most once a second unless its trigger is given. Kafka and socket records start one as
-#: soon as the previous batch ends (Spark's own default).
-SCHEDULED_SOURCES = ("files", "generator")
-#: The trigger of a job on a scheduled source, or with processing-time timers, that gives none.
-PACED_TRIGGER = "1 second"
-
-
 def default_trigger(config: "JobConfig") -> str:
-    """The trigger of a job that gives none: :data:`PACED_TRIGGER` when its source is scheduled
-    (:data:`SCHEDULED_SOURCES`: polling a directory on an object store back to back costs a listing
+    """The trigger of a job that gives none: :data:`~sparkstate.jobs.settings.PACED_TRIGGER` when its source is
+    scheduled (:data:`~sparkstate.jobs.settings.SCHEDULED_SOURCES`: polling a directory on an object store back to back costs a listing
     every few milliseconds) or its pipeline has processing-time timers (Spark runs a batch at every
     trigger: back to back when idle); otherwise ``"0 seconds"``, a batch as soon as the previous one
     ends, so a record waits for no interval.
@@ -442,9 +434,7 @@ def _drop_foreign_settings(merged: dict[str, Any], origin: Mapping[str, str]) ->
 __all__ = [
     "ENV_PREFIX",
     "JobConfig",
-    "PACED_TRIGGER",
     "PIPELINE_NAMES",
-    "SCHEDULED_SOURCES",
     "all_settings",
     "check_here",
     "deadletters_needed",

@@ -37,6 +37,14 @@ ENV_PREFIX = "SPARKSTATE_"
 #: earlier name, is the same kind); ``choice``: one of ``choices``; ``options``: KEY=VALUE pairs.
 Kind = Literal["text", "path", "bool", "count", "duration", "delay", "lateness", "choice", "options"]
 
+#: Sources read on a schedule (a directory listed, a generator's clock): a job of theirs starts a
+#: batch at most once per :data:`PACED_TRIGGER` unless its trigger is given. Kafka and socket
+#: records start one as soon as the previous batch ends (Spark's own default). The rule:
+#: :func:`sparkstate.jobs.config.default_trigger`.
+SCHEDULED_SOURCES = ("files", "generator")
+#: The trigger of a job on a scheduled source, or with processing-time timers, that gives none.
+PACED_TRIGGER = "1 second"
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -209,10 +217,10 @@ def _job_settings() -> tuple[Setting, ...]:
                 metavar="DIR"),
         Setting("deadletter", "sink for malformed records, a SPEC like --sink's (default: DIR/_deadletter beside a"
                               " file or delta sink, console for console)", metavar="SPEC", check=_sink),
-        Setting("trigger", "micro-batch interval; 0: a batch as soon as the previous one ends (default: 0 for kafka:"
-                           " and socket: sources, 1 second for files: and generator: ones and for processing-time"
-                           " sessionize, whose timers make Spark run a batch at every trigger)", kind="delay",
-                metavar="DURATION"),
+        Setting("trigger", "micro-batch interval; 0: a batch as soon as the previous one ends (default: "
+                           f"{PACED_TRIGGER} for {' and '.join(k + ':' for k in SCHEDULED_SOURCES)} sources and for"
+                           " processing-time sessionize, whose timers make Spark run a batch at every trigger; 0 for"
+                           " the others)", kind="delay", metavar="DURATION"),
         Setting("initial_state", "the state a new checkpoint starts from: Parquet (as `sparkstate state export`"
                                  " writes it) or JSON lines of the key and state fields (visited-pages: user_id,"
                                  " visited_pages; json:PATH / parquet:PATH to say which)", metavar="PATH",
@@ -263,4 +271,4 @@ def _initial_state(value: str) -> str:
 #: The settings of every job (a pipeline's own: :attr:`~sparkstate.jobs.pipelines.JobPipeline.settings`).
 JOB_SETTINGS: tuple[Setting, ...] = _job_settings()
 
-__all__ = ["ENV_PREFIX", "JOB_SETTINGS", "Kind", "Setting", "initial_state_path"]
+__all__ = ["ENV_PREFIX", "JOB_SETTINGS", "Kind", "PACED_TRIGGER", "SCHEDULED_SOURCES", "Setting", "initial_state_path"]
