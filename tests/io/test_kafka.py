@@ -255,6 +255,47 @@ def test_a_job_without_dead_letters_sends_to_kafka_from_the_batch_itself(kafka_s
     assert result.output_rows == len(messages)
 
 
+def test_kafka_in_and_out_runs_one_spark_job_per_batch_without_dead_letters(kafka_spark, kafka_broker, tmp_path):
+    """Kafka in, Kafka out, dead letters to files: a batch without dead letters is run, sent and
+    counted by ONE Spark job (the count is an observation of the Kafka write, not a job of its
+    own); a batch with a malformed record writes its dead letter from the same execution, and
+    every count is exact."""
+    from sparkstate.io.kafka import dedupe
+
+    source, out = _topic("one-job-in"), _topic("one-job-out")
+    kafka_broker.create_topic(source, 1)
+    kafka_broker.create_topic(out, 1)
+    words = ["a", "b", "a", "c", "b", "a"]
+    kafka_broker.produce(source, [json.dumps({"word": w}) for w in words])
+    runs: dict[str, list] = {}
+
+    def run(deadletter: str) -> object:
+        return run_pipeline(kafka_spark, JobConfig(
+            "running-count", source=f"kafka:{kafka_broker.bootstrap}/{source}",
+            sink=f"kafka:{kafka_broker.bootstrap}/{out}", deadletter=f"json:{deadletter}",
+            checkpoint=str(tmp_path / "ck"), trigger="0 seconds", once=True,
+            options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "2"}),
+            on_batch=lambda m, _t: runs.setdefault(m.run_id, []).append(m))
+
+    def jobs_of(run_id: str) -> int:
+        return len(kafka_spark.sparkContext.statusTracker().getJobIdsForGroup(run_id))
+
+    first = run(str(tmp_path / "dead"))
+    (run_id, batches), = runs.items()
+    assert first.input_rows == 6 and first.dead_letters == 0 and len(batches) == 3  # 2 offsets per batch
+    assert jobs_of(run_id) == len(batches)
+
+    kafka_broker.produce(source, ['{"word": "a"}', "not json"])
+    second = run(str(tmp_path / "dead"))
+    assert second.input_rows == 2 and second.dead_letters == 1 and second.output_rows == 1
+    dead = kafka_spark.read.json(str(tmp_path / "dead")).collect()
+    assert [r.raw for r in dead] == ["not json"]
+    last: dict[str, int] = {}
+    for m in dedupe(kafka_broker.consume_all(out)):
+        last[m.key().decode()] = json.loads(m.value())["count"]
+    assert last == dict(Counter(words + ["a"]))
+
+
 def test_the_kafka_source_asks_the_broker_for_short_fetch_waits(kafka_spark):
     """The consumer setting that decides how long a micro-batch's read of a short offset range
     waits (docs/performance.md, Latency): sparkstate's default reaches Spark's Kafka source, and

@@ -159,13 +159,19 @@ class FileSinkLog:
                             f" {' or '.join(_SINK_LOG_CLASSES)} (Spark's file-sink log)")
         self._gateway: Any = spark.sparkContext._gateway
         self._swept = False
+        # The log's latest batch id, read once (this writer adds every later entry), and whether
+        # an attempt of this writer may have left files of a batch it did not log.
+        self._last: int | None = None
+        self._dirty = False
 
     def __repr__(self) -> str:
         return f"FileSinkLog({self.fmt!r}, {self.path!r})"
 
     def _latest(self) -> int:
-        latest = self._log.getLatestBatchId()
-        return int(latest.get()) if latest.isDefined() else -1
+        if self._last is None:
+            latest = self._log.getLatestBatchId()
+            self._last = int(latest.get()) if latest.isDefined() else -1
+        return self._last
 
     def _sweep(self) -> None:
         """Delete the staging directory and every ``part-`` file the log does not list."""
@@ -181,7 +187,8 @@ class FileSinkLog:
     def __call__(self, batch_df: "DataFrame", batch_id: int, rows: int | None = None) -> None:
         """Write batch ``batch_id``. ``rows``: its row count when the caller knows it (a job's
         :class:`~sparkstate.jobs.tee.JobTee`): no Spark job is then run to ask whether it is empty,
-        and an empty batch gets its empty log entry without running anything."""
+        and an empty batch gets its empty log entry without running anything, or touching the
+        directory when this writer left nothing behind there."""
         what = f"{self.fmt}:{self.path}"
         if batch_id <= self._latest():
             log.info("%s: batch %d was already written; skipped (replay)", what, batch_id)
@@ -190,10 +197,12 @@ class FileSinkLog:
         d = self._dir
         if not self._swept:
             self._sweep()
-        d.delete(d.staging)  # an earlier attempt at this batch, in this process
-        for name in d.names(f"{_PART}{batch_id:010d}-*"):
-            d.delete(d.child(name))
+        elif self._dirty or rows != 0:
+            d.delete(d.staging)  # an earlier attempt at this batch, in this process
+            for name in d.names(f"{_PART}{batch_id:010d}-*"):
+                d.delete(d.child(name))
         statuses = []
+        self._dirty = True
         if rows is None:
             batch_df.persist()
             try:
@@ -212,8 +221,10 @@ class FileSinkLog:
         for i, status in enumerate(statuses):
             entries[i] = status
         if not self._log.add(batch_id, entries):
+            self._last = None  # read it again
             raise SinkError(f"{what}: batch {batch_id} is already in {SINK_LOG_DIR} (another query writes this"
                             " directory?)")
+        self._last, self._dirty = batch_id, False
         log.info("%s: batch %d written (%d files)", what, batch_id, len(statuses))
 
 

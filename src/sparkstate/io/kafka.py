@@ -12,6 +12,13 @@ carries what a consumer needs to drop the repeats, in its headers:
   record ids: a consumer keeps the first message per ``(query_id, record_id)`` and drops the
   rest (:func:`dedupe` does so).
 
+Spark writes Kafka through its V1 interface unless told otherwise (``kafka`` is in
+``spark.sql.sources.useV1SourceList``); the writer takes the V2 one, for its write only
+(:func:`through_v2`). The messages are the same (the same producer, the same at-least-once);
+the difference is that Spark reports an observation made in the written frame
+(``DataFrame.observe``) for a V2 write and never for a V1 one, and the jobs count a batch's
+parts in the job that sends them (:class:`~sparkstate.jobs.tee.JobTee`).
+
 The message key is the row's key column (the first column: ``user_id`` for the ready
 pipelines; a dead letter's ``source``) as a string, so all messages of a key land in one
 partition, in order. A dead letter too large for one message (a record near the 1 MB limit:
@@ -27,19 +34,22 @@ KafkaBatchWriter('127.0.0.1:9092', 'out')
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ..errors import SinkError
 from .query_id import batch_query_id
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("sparkstate.io.kafka")
 
 QUERY_ID_HEADER = "sparkstate.query_id"
 BATCH_ID_HEADER = "sparkstate.batch_id"
 RECORD_ID_HEADER = "sparkstate.record_id"
+#: Spark's setting that lists the data sources it reads and writes through their V1 interface.
+V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 
 #: The columns of a dead letter (:data:`sparkstate.io.parse.DEAD_LETTER_SCHEMA`).
@@ -75,6 +85,32 @@ def _fit_dead_letter(full: str) -> str:
                 " 'received_at', received_at))")
     return (f"CASE WHEN octet_length({full}) <= {MAX_DEAD_LETTER_BYTES} THEN {full}"
             f" WHEN octet_length({cut_raw}) <= {MAX_DEAD_LETTER_BYTES} THEN {cut_raw} ELSE {no_bytes} END")
+
+
+@contextmanager
+def through_v2(spark: "SparkSession") -> Iterator[None]:
+    """Kafka left out of :data:`V1_SOURCES` in ``spark``'s settings while the block runs (then the
+    setting as it was): a write made in the block goes through the V2 interface, which reports
+    the written frame's observations (see the module).
+
+    >>> import sparkstate as ss
+    >>> spark = ss.spark_session()
+    >>> with through_v2(spark):
+    ...     "kafka" in spark.conf.get(V1_SOURCES)
+    False
+    >>> "kafka" in spark.conf.get(V1_SOURCES)
+    True
+    """
+    before = spark.conf.get(V1_SOURCES) or ""
+    kept = [name for name in before.split(",") if name.strip().lower() != "kafka"]
+    if len(kept) == len(before.split(",")):
+        yield
+        return
+    spark.conf.set(V1_SOURCES, ",".join(kept))
+    try:
+        yield
+    finally:
+        spark.conf.set(V1_SOURCES, before)
 
 
 class KafkaBatchWriter:
@@ -118,9 +154,10 @@ class KafkaBatchWriter:
             query_id = batch_query_id(batch_df, f"kafka:{self.brokers}/{self.topic}", "checkpoint=", self.checkpoint)
         except SinkError:  # outside a stream: the messages carry no query id
             query_id = ""
-        (self.frame(batch_df, batch_id, query_id).write.format("kafka")
-         .option("kafka.bootstrap.servers", self.brokers).option("topic", self.topic)
-         .options(**self.options).save())
+        with through_v2(batch_df.sparkSession):
+            (self.frame(batch_df, batch_id, query_id).write.format("kafka").mode("append")
+             .option("kafka.bootstrap.servers", self.brokers).option("topic", self.topic)
+             .options(**self.options).save())
         log.info("kafka:%s/%s: batch %d sent", self.brokers, self.topic, batch_id)
 
 
@@ -153,4 +190,5 @@ def dedupe(messages: Iterable, headers=lambda m: m.headers()) -> list:
     return out
 
 
-__all__ = ["BATCH_ID_HEADER", "KafkaBatchWriter", "QUERY_ID_HEADER", "RECORD_ID_HEADER", "dedupe", "headers_of"]
+__all__ = ["BATCH_ID_HEADER", "KafkaBatchWriter", "QUERY_ID_HEADER", "RECORD_ID_HEADER", "V1_SOURCES", "dedupe",
+           "headers_of", "through_v2"]

@@ -12,11 +12,15 @@ persisted while it is split).
 
 Which job runs the batch depends on the output's sink. A sink that writes as the batch is
 computed (Kafka: :func:`~sparkstate.io.writers.writes_uncounted`) is handed the output first, so
-the job that runs the stateful stage also sends its results, as a bare streaming query would;
-the dead letters and the counts are then taken from the persisted batch, and a job without
-either runs nothing more. Every other sink is told the count of its part first (a file sink logs
-an empty batch, Delta and PostgreSQL would commit an empty transaction), so the batch is run
-and counted in one job and each part written after it: an empty part costs no job.
+the job that runs the stateful stage also sends its results, as a bare streaming query would.
+The same job counts both parts (an observation in the written frame, which Spark reports for the
+Kafka writer's V2 write: :func:`~sparkstate.io.kafka.through_v2`), and the dead letters are
+then written from the persisted batch: one job per batch, a second only for a batch with dead
+letters to send. Over Spark Connect, where an observation made in a ``foreachBatch`` function
+is not reported to it, the counts are taken from the persisted batch in a job of their own.
+Every other sink is told the count of its part first (a file sink logs an empty batch, Delta
+and PostgreSQL would commit an empty transaction), so the batch is run and counted in one job
+and each part written after it: an empty part costs no job.
 
 Each part goes through the writer of its sink's kind (:func:`sparkstate.io.writers.batch_writer`,
 the one :func:`~sparkstate.io.sinks.start_sink` uses too).
@@ -24,11 +28,13 @@ the one :func:`~sparkstate.io.sinks.start_sink` uses too).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from ..io.writers import BatchWriter, write_counted, writes_uncounted
+from ..spark import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -68,39 +74,56 @@ class JobTee:
         return self.counted.get(batch_id)
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
-        output = batch_df.where(f"{OUT} IS NOT NULL").select(f"{OUT}.*")
         first = writes_uncounted(self.output)
         if first and self.dead_letters is None and self.counts is None:
-            self.output(output, batch_id)  # one job runs the batch (every partition) and sends its output
+            self.output(_output_rows(batch_df), batch_id)  # one job runs the batch and sends its output
             return
         batch_df.persist()
         try:
-            if first:
-                # The job that runs the batch sends the output as it goes; the rest reads the persisted batch.
-                self.output(output, batch_id)
-            out_rows, dead_rows = self._count(batch_df, batch_id)
+            if first and not is_connect(batch_df.sparkSession):
+                # The job that runs the batch sends the output and counts both parts as it goes.
+                observation = Observation()
+                self.output(_output_rows(self._counted_frame(batch_df).observe(observation, *self._aggregates())),
+                            batch_id)
+                out_rows, dead_rows = self._keep(batch_id, observation.get)
+            else:
+                if first:  # over Connect: the output is sent, then counted from the persisted batch
+                    self.output(_output_rows(batch_df), batch_id)
+                out_rows, dead_rows = self._keep(
+                    batch_id, self._counted_frame(batch_df).agg(*self._aggregates()).collect()[0].asDict())
             if self.dead_letters is not None:
                 write_counted(self.dead_letters, batch_df.where(f"{DEAD} IS NOT NULL").select(f"{DEAD}.*"),
                               batch_id, dead_rows)
             if not first:
-                write_counted(self.output, output, batch_id, out_rows)
+                write_counted(self.output, _output_rows(batch_df), batch_id, out_rows)
         finally:
             batch_df.unpersist()
 
-    def _count(self, batch_df: "DataFrame", batch_id: int) -> tuple[int, int]:
-        """The rows of the batch's two parts, output and dead letters, in one job (the one that runs
-        the batch, unless the output was sent first: every partition, so every state store commits,
-        even when both writers skip a replay); with :attr:`counts`, the output's counts are kept in
-        :attr:`counted`. Written as SQL text: one call into the JVM per step, not one per column object."""
-        if self.counts is None:
-            out_rows, dead_rows = batch_df.selectExpr(f"count({OUT})", f"count({DEAD})").collect()[0]
-            return int(out_rows), int(dead_rows)
-        row = batch_df.select(OUT, DEAD, f"{OUT}.*").agg(
-            F.count(OUT).alias("rows"), F.count(DEAD).alias("dead"), *self.counts()).collect()[0]
-        self.counted[batch_id] = {k: int(v) for k, v in row.asDict().items() if k != "dead"}
-        for old in [b for b in list(self.counted) if b <= batch_id - self.KEEP]:
-            self.counted.pop(old, None)
-        return int(row["rows"]), int(row["dead"])
+    def _counted_frame(self, batch_df: "DataFrame") -> "DataFrame":
+        """``batch_df`` with the output's own columns beside :data:`OUT` and :data:`DEAD` when
+        :attr:`counts` needs them."""
+        return batch_df if self.counts is None else batch_df.select(OUT, DEAD, f"{OUT}.*")
+
+    def _aggregates(self) -> list["Column"]:
+        """The counts of a batch's two parts (``rows``: output rows, ``dead``: dead letters) and,
+        with :attr:`counts`, the output's named counts, over the columns :data:`OUT`, :data:`DEAD`
+        and the output's own."""
+        return [F.count(OUT).alias("rows"), F.count(DEAD).alias("dead"), *(self.counts() if self.counts else [])]
+
+    def _keep(self, batch_id: int, counted: dict[str, Any]) -> tuple[int, int]:
+        """The rows of the output and of the dead letters, from the values of :meth:`_aggregates`;
+        with :attr:`counts`, the output's counts are kept in :attr:`counted`."""
+        values = {k: int(v) for k, v in counted.items()}
+        if self.counts is not None:
+            self.counted[batch_id] = {k: v for k, v in values.items() if k != "dead"}
+            for old in [b for b in list(self.counted) if b <= batch_id - self.KEEP]:
+                self.counted.pop(old, None)
+        return values["rows"], values["dead"]
+
+
+def _output_rows(batch_df: "DataFrame") -> "DataFrame":
+    """The output rows of a batch (or of a frame with the column :data:`OUT`), as the output's columns."""
+    return batch_df.where(f"{OUT} IS NOT NULL").select(f"{OUT}.*")
 
 
 __all__ = ["DEAD", "OUT", "JobTee"]
