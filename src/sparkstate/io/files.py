@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import fs
@@ -138,6 +139,11 @@ class FileSinkLog:
     Readers that follow the log (Spark) see a batch when its entry is written; the others when its
     files are renamed into place; a crash between the two leaves whole files of batch N that the
     restart deletes before it writes N again.
+
+    The empty entry of a batch known to be empty (``rows=0``) is written in the background, while
+    the stream goes on (the next call waits for it first, and raises its error): a crash can then
+    leave a committed batch without its entry, and only an empty one, so the writer gives every
+    batch id missing below the one it writes an empty entry (Spark's reader needs them all).
     """
 
     def __init__(self, spark: "SparkSession", fmt: Literal["parquet", "json"], path: str) -> None:
@@ -163,6 +169,8 @@ class FileSinkLog:
         # an attempt of this writer may have left files of a batch it did not log.
         self._last: int | None = None
         self._dirty = False
+        self._later: ThreadPoolExecutor | None = None  # writes an empty batch's entry
+        self._pending: Future | None = None
 
     def __repr__(self) -> str:
         return f"FileSinkLog({self.fmt!r}, {self.path!r})"
@@ -190,6 +198,7 @@ class FileSinkLog:
         and an empty batch gets its empty log entry without running anything, or touching the
         directory when this writer left nothing behind there."""
         what = f"{self.fmt}:{self.path}"
+        self._settle()
         if batch_id <= self._latest():
             log.info("%s: batch %d was already written; skipped (replay)", what, batch_id)
             run_only(batch_df)
@@ -201,6 +210,18 @@ class FileSinkLog:
             d.delete(d.staging)  # an earlier attempt at this batch, in this process
             for name in d.names(f"{_PART}{batch_id:010d}-*"):
                 d.delete(d.child(name))
+        missing = range(self._latest() + 1, batch_id)
+        if missing:
+            log.info("%s: batches %d to %d have no log entry (no rows; or a new directory): empty ones added",
+                     what, missing[0], missing[-1])
+            for n in missing:
+                self._add(n, [])
+        if rows == 0:
+            if self._later is None:
+                self._later = ThreadPoolExecutor(1, thread_name_prefix="sparkstate-sink-log")
+            self._pending = self._later.submit(self._add, batch_id, [])
+            self._last = batch_id
+            return
         statuses = []
         self._dirty = True
         if rows is None:
@@ -210,13 +231,19 @@ class FileSinkLog:
             finally:
                 batch_df.unpersist()
         else:
-            staged = d.write_staged(batch_df, self.fmt, batch_id) if rows > 0 else None
+            staged = d.write_staged(batch_df, self.fmt, batch_id)
         if staged is not None:
             for n, src in enumerate(d.data_files(staged)):
                 dst = d.child(part_name(batch_id, n, _suffix(src.getName())))
                 d.move(src, dst, what)
                 statuses.append(self._status.apply(d.fs.getFileStatus(dst)))
             d.delete(staged)
+        self._add(batch_id, statuses)
+        self._dirty = False
+
+    def _add(self, batch_id: int, statuses: list) -> None:
+        """Batch ``batch_id``'s entry in the log, listing ``statuses`` (its files)."""
+        what = f"{self.fmt}:{self.path}"
         entries = self._gateway.new_array(self._status, len(statuses))
         for i, status in enumerate(statuses):
             entries[i] = status
@@ -224,8 +251,18 @@ class FileSinkLog:
             self._last = None  # read it again
             raise SinkError(f"{what}: batch {batch_id} is already in {SINK_LOG_DIR} (another query writes this"
                             " directory?)")
-        self._last, self._dirty = batch_id, False
+        self._last = batch_id
         log.info("%s: batch %d written (%d files)", what, batch_id, len(statuses))
+
+    def _settle(self) -> None:
+        """Wait for the empty entry being written in the background, if any; its error raises here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def flush(self) -> None:
+        """Wait until every entry is in the log (an empty batch's is written in the background)."""
+        self._settle()
 
 
 class FileBatchWriter:

@@ -247,6 +247,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
         try:
             if query is not None:
                 _stop(spark, query, listener, None if job.own_checkpoint else job.checkpoint, job.trigger_ms)
+            tee.flush()
         finally:
             remove_listener(spark, listener)
             listener.close()

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
+from ..io.files import FileSinkLog
 from ..io.writers import BatchWriter, write_counted, writes_uncounted
 from ..spark import is_connect
 
@@ -98,6 +99,13 @@ class JobTee:
                 write_counted(self.output, _output_rows(batch_df), batch_id, out_rows)
         finally:
             batch_df.unpersist()
+
+    def flush(self) -> None:
+        """Wait until both writers hold everything they were given (a file sink writes an empty
+        batch's log entry in the background: :class:`~sparkstate.io.files.FileSinkLog`)."""
+        for writer in (self.output, self.dead_letters):
+            if isinstance(writer, FileSinkLog):
+                writer.flush()
 
     def _counted_frame(self, batch_df: "DataFrame") -> "DataFrame":
         """``batch_df`` with the output's own columns beside :data:`OUT` and :data:`DEAD` when
