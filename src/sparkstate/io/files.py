@@ -149,6 +149,7 @@ class FileSinkLog:
     def __init__(self, spark: "SparkSession", fmt: Literal["parquet", "json"], path: str) -> None:
         self.fmt = fmt
         self.path = path.rstrip("/") or "/"
+        self._what = f"{fmt}:{self.path}"  # how the log lines and errors name the sink
         self._dir = _Dir(spark, self.path)
         jvm = self._dir.jvm
         for package in _SINK_LOG_CLASSES:
@@ -197,7 +198,7 @@ class FileSinkLog:
         :class:`~sparkstate.jobs.tee.JobTee`): no Spark job is then run to ask whether it is empty,
         and an empty batch gets its empty log entry without running anything, or touching the
         directory when this writer left nothing behind there."""
-        what = f"{self.fmt}:{self.path}"
+        what = self._what
         self._settle()
         if batch_id <= self._latest():
             log.info("%s: batch %d was already written; skipped (replay)", what, batch_id)
@@ -243,7 +244,7 @@ class FileSinkLog:
 
     def _add(self, batch_id: int, statuses: list) -> None:
         """Batch ``batch_id``'s entry in the log, listing ``statuses`` (its files)."""
-        what = f"{self.fmt}:{self.path}"
+        what = self._what
         entries = self._gateway.new_array(self._status, len(statuses))
         for i, status in enumerate(statuses):
             entries[i] = status
@@ -258,7 +259,11 @@ class FileSinkLog:
         """Wait for the empty entry being written in the background, if any; its error raises here."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            try:
+                pending.result()
+            except BaseException:
+                self._last = None  # the entry may be missing: read the log again
+                raise
 
     def flush(self) -> None:
         """Wait until every entry is in the log (an empty batch's is written in the background)."""
