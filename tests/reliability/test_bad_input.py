@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from pyspark.sql.streaming import StreamingQueryListener
 
 import sparkstate as ss
 from sparkstate.cli import main
@@ -195,6 +196,67 @@ def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_pat
             - len(dead), reasons=len(set(expected)))
 
 
+class _GeneratedCode(StreamingQueryListener):
+    """The generated code of each micro-batch of a running query, with the batch's time (ms)."""
+
+    def __init__(self, spark) -> None:
+        self.session = spark  # (PySpark 3.5's listener has a read-only ``spark``)
+        self.batches: list[tuple[int, str]] = []
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        query = self.session.streams.get(str(event.progress.id))
+        if query is None:  # ended before this report arrived
+            return
+        execution = query._jsq.streamingQuery().lastExecution()  # the newest batch's plan, with its time
+        stages = execution.debug().codegenToSeq()
+        code = "\n".join(stages.apply(i)._2() for i in range(stages.size()))
+        self.batches.append((execution.offsetSeqMetadata().batchTimestampMs(), code))
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+
+def test_dead_letters_keep_the_batch_time_out_of_the_generated_code(spark, tmp_path, capsys):
+    """Both kinds of dead letter carry their batch's time (``received_at``). Spark writes a
+    literal into the generated code as a number, and compiles a stage again when its code
+    changes: with the batch's time in it, every batch (5-40 ms a stage, on the driver and again
+    in a task). The job's stages do not hold it, and the dead letters still have it."""
+    events = generate_events(200, users=5, seed=3)
+    chunks = []
+    for i in range(4):  # each file: good events, a malformed record, and (after the first) a late event
+        lines = [e.to_json() for e in events[i * 50:(i + 1) * 50]] + [MALFORMED[i][0]]
+        if i:
+            old = events[i * 50 - 30]
+            lines.append(Event(old.user_id, old.event_time - timedelta(hours=1), f"/late-{i}").to_json())
+        chunks.append(lines)
+    _write_files(tmp_path / "in", chunks)
+    out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "m.jsonl"
+    listener = _GeneratedCode(spark)
+    spark.streams.addListener(listener)
+    try:
+        code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics))
+    finally:
+        spark.streams.removeListener(listener)
+    assert code == 0, err
+
+    assert listener.batches, "no micro-batch's plan was seen while the query ran"
+    for ms, generated in listener.batches:
+        assert "GeneratedIteratorForCodegenStage" in generated
+        assert f"{ms * 1000}L" not in generated  # the batch's time in microseconds, as a literal
+    lines = _metrics(metrics)
+    assert sorted((m["dead_letters"], m["late"]) for m in lines if m["dead_letters"]) == [(1, 0)] + [(2, 1)] * 3
+    dead = _dead(spark, out / "_deadletter")
+    assert len(dead) == 7 and sum(r.reason.startswith("late: ") for r in dead) == 3
+    batch = _batch_of_file(ck)
+    assert all(r.received_at.astimezone(timezone.utc) == _batch_time(ck, batch[Path(r.source).name]) for r in dead)
+
+
 # --- 2. late events -----------------------------------------------------------------------------
 
 def test_late_events_are_counted_and_routed_not_dropped(spark, tmp_path, capsys):
@@ -242,7 +304,9 @@ def test_late_events_are_counted_and_routed_not_dropped(spark, tmp_path, capsys)
         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck_plain")).start())
     try:
         plain.processAllAvailable()
-        dropped = sum(o.numRowsDroppedByWatermark for p in plain.recentProgress for o in p.stateOperators)
+        # (PySpark 3.5 gives the reports as dicts)
+        reports = [p if isinstance(p, dict) else json.loads(p.json) for p in plain.recentProgress]
+        dropped = sum(o["numRowsDroppedByWatermark"] for p in reports for o in p["stateOperators"])
     finally:
         plain.stop()
     previous = _utc(lines[batch - 1]["watermark"])

@@ -40,6 +40,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType
 
+from ..columns import batch_time, once
 from ..errors import ConfigError
 
 #: The columns of a dead-letter output. ``raw`` is always valid UTF-8 text (invalid bytes each
@@ -47,7 +48,7 @@ from ..errors import ConfigError
 DEAD_LETTER_SCHEMA = "raw string, raw_bytes binary, reason string, source string, received_at timestamp"
 #: Records larger than this (in UTF-8 bytes) are dead letters without being parsed.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
-#: The dead letter's time: the micro-batch's (``current_timestamp()`` in a stream; the same on a replay).
+#: The dead letter's time: the micro-batch's (:func:`sparkstate.columns.batch_time`; the same on a replay).
 RECEIVED_AT = "received_at"
 #: How much of an oversized record its dead letter keeps.
 RAW_PREVIEW_CHARS = 1024
@@ -211,20 +212,9 @@ def _split(checked: DataFrame, schema: StructType, max_record_bytes: int) -> Par
         data.alias("raw_bytes"),
         reason.alias("reason"),
         F.col(SOURCE).alias("source"),
-        F.current_timestamp().alias(RECEIVED_AT),
+        batch_time().alias(RECEIVED_AT),
     )
     return Parsed(events, dead, checked)
-
-
-def _once(line: Column) -> Column:
-    """``line`` made non-deterministic (its value unchanged), so that a parse of it stays one column.
-
-    Spark's optimizer copies a deterministic expression into every filter and column that reads
-    its alias (pushing ``reason IS NULL`` through the projection, merging projections), so one
-    ``from_csv`` per record became 12 to 120 copies in a plan, each with its own parser and buffer
-    per task. A non-deterministic expression is never copied: the parse runs once per record and step.
-    """
-    return F.when(F.spark_partition_id() >= 0, line)  # always the line
 
 
 def _not_blank(raw: Column) -> Column:
@@ -262,12 +252,12 @@ def parse_json(
     v = F.col(f"`{column}`")
     size_ok = F.when(F.octet_length(v) <= limit, v)
     # Each record parsed once per step: as a string map (each field's raw text) and typed, each
-    # one column (see _once: else Spark copies each parse into every reason and column, 80 to 150
-    # copies in a plan).
+    # one column (sparkstate.columns.once: else Spark copies each parse into every reason and
+    # column, 80 to 150 copies in a plan, each with its own parser and buffer per task).
     step = raw.where(_not_blank(v)).select(
         v.alias(RAW), _source_col(source).alias(SOURCE),
-        F.from_json(_once(size_ok), MapType(StringType(), StringType()), opts).alias(_MAP),
-        F.from_json(_once(size_ok), struct, opts).alias(_TYPED))
+        F.from_json(once(size_ok), MapType(StringType(), StringType()), opts).alias(_MAP),
+        F.from_json(once(size_ok), struct, opts).alias(_TYPED))
     line, as_map, typed = F.col(RAW), F.col(_MAP), F.col(_TYPED)
     fits = F.when(F.octet_length(line) <= limit, line)
     structure = F.when(line.isNull(), F.lit("empty record")).when(
@@ -277,7 +267,7 @@ def parse_json(
     # Each field's text looked up once per record, a column of its own (else each of its reasons'
     # reads is a lookup of its own in the generated code).
     texts = [f"_sparkstate_text_{i}" for i in range(len(struct.fields))]
-    step = step.select("*", *[_once(F.try_element_at(as_map, F.lit(f.name))).alias(t)
+    step = step.select("*", *[once(F.try_element_at(as_map, F.lit(f.name))).alias(t)
                               for f, t in zip(struct.fields, texts)])
     field_reasons = []
     for f, t in zip(struct.fields, texts):
@@ -293,7 +283,7 @@ def parse_json(
     checked = step.select(
         *[typed.getField(f.name).alias(f.name) for f in struct.fields],
         line,
-        _once(reason).alias(REASON),
+        once(reason).alias(REASON),
         F.col(SOURCE),
     )
     return _split(checked, struct, limit)
@@ -378,7 +368,7 @@ def check_csv_tokens(
         fits = (F.octet_length(F.col(RAW)) <= limit) & corrupt.isNull()
         line = F.when(fits, F.when(F.coalesce(*strings).isNull(), F.lit(all_empty))
                       .otherwise(F.to_csv(F.struct(*strings), opts)))
-        step = step.select("*", F.from_csv(_once(line), _ddl(struct), {**opts, "mode": "PERMISSIVE"}).alias(_TYPED))
+        step = step.select("*", F.from_csv(once(line), _ddl(struct), {**opts, "mode": "PERMISSIVE"}).alias(_TYPED))
     typed = {f.name: F.col(_TYPED).getField(f.name) for f in typed_fields}
     fields = [typed.get(f.name, t) for f, t in zip(struct.fields, strings)]
     names = ", ".join(struct.fieldNames())
@@ -395,7 +385,7 @@ def check_csv_tokens(
     checked = step.select(
         *[c.alias(f.name) for f, c in zip(struct.fields, fields)],
         F.col(RAW),
-        _once(reason).alias(REASON),
+        once(reason).alias(REASON),
         F.col(SOURCE),
     )
     return _split(checked, struct, limit)
@@ -426,10 +416,10 @@ def parse_csv(
     v = F.col(f"`{column}`")
     size_ok = F.when(F.octet_length(v) <= limit, v)
     # The line split once (one from_csv per record, behind a barrier as in check_csv_tokens).
-    once = raw.where(_not_blank(v)).select(
-        F.from_csv(_once(size_ok), _ddl(csv_string_schema(struct)), csv_read_options(options)).alias(_TYPED),
+    tokens = raw.where(_not_blank(v)).select(
+        F.from_csv(once(size_ok), _ddl(csv_string_schema(struct)), csv_read_options(options)).alias(_TYPED),
         v.alias(RAW), _source_col(source).alias(SOURCE))
-    split = once.select(
+    split = tokens.select(
         *[F.col(_TYPED).getField(f.name).alias(f.name) for f in struct.fields],
         # A null line (or one too large to parse) has no tokens: mark it corrupt unless too large.
         F.when(F.col(RAW).isNull(), F.lit("")).otherwise(F.col(_TYPED).getField(_CORRUPT)).alias(_CORRUPT),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ..columns import batch_time
 from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_raw, to_struct
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, OUTPUT_OBSERVATION
 from .pipelines import JobPipeline, Refusals
@@ -50,7 +51,7 @@ def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: 
         data.alias("raw_bytes"),
         F.col(f"{col}.`{refusals.reason}`").alias("reason"),
         F.coalesce(where, F.lit(origin)).alias("source"),
-        F.current_timestamp().alias(RECEIVED_AT),
+        batch_time().alias(RECEIVED_AT),
     )
 
 
@@ -94,17 +95,8 @@ def combined_stream(output: "DataFrame", dead_letters: "DataFrame | None", pipel
 
 
 def _observed_dead_letters(dead_letters: "DataFrame") -> "DataFrame":
-    """The source's dead letters, counted (:data:`DEAD_LETTER_OBSERVATION`).
-
-    ``received_at`` is the micro-batch's time, a literal Spark writes into the generated code. Put
-    in after the observation (a boundary between generated stages), it leaves the code of the
-    parse stage the same in every batch: compiled once, not in every batch (see
-    docs/bench/2026-11-26-driver-per-batch.md).
-    """
-    counted = dead_letters.drop(RECEIVED_AT).observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
-    if RECEIVED_AT not in dead_letters.columns:
-        return counted
-    return counted.withColumn(RECEIVED_AT, F.current_timestamp()).select(*dead_letters.columns)
+    """The source's dead letters, counted (:data:`DEAD_LETTER_OBSERVATION`)."""
+    return dead_letters.observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
 
 
 __all__ = ["combined_stream", "pipeline_events"]
