@@ -20,6 +20,10 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 
+#: :func:`batch_time` in microseconds, as text (SQL): the call Spark evaluates outside generated code.
+BATCH_MICROS_SQL = "reflect('java.lang.Long', 'toString', unix_micros(current_timestamp()))"
+
+
 def once(column: Column) -> Column:
     """``column`` made non-deterministic (its value unchanged).
 
@@ -41,8 +45,7 @@ def batch_time() -> Column:
     code for it or its inputs, then turned back into a timestamp: a call and a parse of 16 digits
     per row that reads it (a dead letter), instead of a compilation per stage and batch.
     """
-    micros = F.reflect(F.lit("java.lang.Long"), F.lit("toString"), F.unix_micros(F.current_timestamp()))
-    return F.timestamp_micros(micros.cast("long"))
+    return F.expr(f"timestamp_micros(CAST({BATCH_MICROS_SQL} AS BIGINT))")
 
 
-__all__ = ["batch_time", "once"]
+__all__ = ["BATCH_MICROS_SQL", "batch_time", "once"]

@@ -307,3 +307,71 @@ def test_the_kafka_source_asks_the_broker_for_short_fetch_waits(kafka_spark):
     assert f"{name}={value}," in plan or f"{name}={value}]" in plan
     given = kafka_records(kafka_spark, "kafka:127.0.0.1:9/t", {name: "300"})._jdf.queryExecution().logical().toString()
     assert f"{name}=300" in given and f"{name}={value}," not in given and f"{name}={value}]" not in given
+
+
+@pytest.mark.timeout(900)
+def test_output_and_dead_letters_to_kafka_go_out_in_one_streaming_write(kafka_spark, kafka_broker, tmp_path):
+    """Kafka in, sessions and dead letters both to Kafka on the same broker: the query writes
+    straight to Kafka, each row to its topic, one Spark job a batch even with dead letters in
+    every batch. The sessions are exactly the reference sessions of the events not refused, in
+    whatever order the three partitions interleave; every malformed message and every late event
+    is a dead letter; the headers carry the query's id, the batch's time as the offset log keeps
+    it (the same on a replay) and a record id a consumer can recompute."""
+    import hashlib
+    from datetime import datetime
+
+    from sparkstate.io.kafka import BATCH_TIME_HEADER, QUERY_ID_HEADER, RECORD_ID_HEADER, dedupe, headers_of
+
+    spark = kafka_spark
+    records = stream_records(DATA)
+    source, out, dead_topic = _topic("direct-in"), _topic("direct-out"), _topic("direct-dead")
+    malformed = produce_clicks(kafka_broker, source, records)
+    valid = [r for r in records if r.is_valid]
+    late_line = valid[0].line  # the first event again, at the end: older than any later watermark
+    kafka_broker.produce(source, [(valid[0].event.user_id, late_line)], partition=_partition_of(valid[0]))
+    for t in (out, dead_topic):
+        kafka_broker.create_topic(t, 2)
+    runs: dict[str, list] = {}
+    result = run_pipeline(spark, JobConfig(
+        "sessionize", source=f"kafka:{kafka_broker.bootstrap}/{source}", sink=f"kafka:{kafka_broker.bootstrap}/{out}",
+        deadletter=f"kafka:{kafka_broker.bootstrap}/{dead_topic}", checkpoint=str(tmp_path / "ck"), gap=GAP,
+        watermark="0 seconds", trigger="0 seconds", once=True,
+        options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "100"}),
+        on_batch=lambda m, _t: runs.setdefault(m.run_id, []).append(m))
+    (run_id, batches), = runs.items()
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(run_id)) == len(batches) >= 4
+
+    dead = [(m, json.loads(m.value())) for m in dedupe(kafka_broker.consume_all(dead_topic))]
+    late = [d for _, d in dead if d["reason"].startswith("late")]
+    assert Counter(d["raw"] for _, d in dead if not d["reason"].startswith("late")) == Counter(list(malformed))
+    assert late_line in [d["raw"] for d in late]
+    for m, d in dead:
+        assert m.key().decode() == d["source"] and d["source"].startswith(f"kafka:{source}/")
+    assert result.input_rows == DATA.events + 1
+    assert result.dead_letters == len(dead) and result.late_events == len(late)
+
+    # The sessions: those of every event that was not refused as late.
+    line_event = {r.line: r.event for r in valid}
+    accepted = Counter([r.line for r in valid] + [late_line]) - Counter(d["raw"] for d in late)
+    final_ms = int(datetime.fromisoformat(result.final_watermark.replace("Z", "+00:00")).timestamp() * 1000)
+    expected = Counter(reference_sessions([line_event[line] for line in accepted.elements()], GAP,
+                                          watermark=final_ms))
+    messages = dedupe(kafka_broker.consume_all(out))
+    schema = "user_id string, session_start timestamp, session_end timestamp, event_count long, " \
+             "events array<string>, closed_by string"
+    from pyspark.sql import functions as F
+
+    values = spark.createDataFrame([(m.value().decode(),) for m in messages], "v string")
+    parsed = values.select(F.from_json("v", schema).alias("r")).select("r.*").collect()
+    assert Counter(Session.from_row(r) for r in parsed) == expected and sum(expected.values()) > 40
+    assert result.output_rows == len(messages)
+
+    # Headers: the query id, the batch's time from the offset log, a record id anyone can recompute.
+    batch_ms = {json.loads((p).read_text().splitlines()[1])["batchTimestampMs"]
+                for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()}
+    for m in [*messages, *(m for m, _ in dead)]:
+        h = headers_of(m.headers())
+        assert h[QUERY_ID_HEADER] == result.query_id
+        assert int(h[BATCH_TIME_HEADER]) // 1000 in batch_ms
+        text = "\0".join([h[BATCH_TIME_HEADER], m.key().decode(), m.value().decode()])
+        assert h[RECORD_ID_HEADER] == hashlib.sha256(text.encode()).hexdigest()

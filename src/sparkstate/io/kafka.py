@@ -37,6 +37,7 @@ import logging
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from ..columns import BATCH_MICROS_SQL
 from ..errors import SinkError
 from .query_id import batch_query_id
 
@@ -47,6 +48,9 @@ log = logging.getLogger("sparkstate.io.kafka")
 
 QUERY_ID_HEADER = "sparkstate.query_id"
 BATCH_ID_HEADER = "sparkstate.batch_id"
+#: The header naming the micro-batch by its time (microseconds) in a job's messages sent
+#: straight by its streaming write (:func:`stream_records`), which cannot see the batch id.
+BATCH_TIME_HEADER = "sparkstate.batch_time"
 RECORD_ID_HEADER = "sparkstate.record_id"
 #: Spark's setting that lists the data sources it reads and writes through their V1 interface.
 V1_SOURCES = "spark.sql.sources.useV1SourceList"
@@ -85,6 +89,47 @@ def _fit_dead_letter(full: str) -> str:
                 " 'received_at', received_at))")
     return (f"CASE WHEN octet_length({full}) <= {MAX_DEAD_LETTER_BYTES} THEN {full}"
             f" WHEN octet_length({cut_raw}) <= {MAX_DEAD_LETTER_BYTES} THEN {cut_raw} ELSE {no_bytes} END")
+
+
+def _record_id(batch: str, key: str, value: str) -> str:
+    """The SQL of a message's record id: a hash of the batch (``batch``), its key and its value."""
+    return f"sha2(concat_ws('\\u0000', {batch}, coalesce({key}, ''), {value}), 256)"
+
+
+def _headers(query_id: str, batch: tuple[str, str], record_id: str) -> str:
+    """The SQL of a message's headers: the query id, ``batch`` (its header's name and the SQL of
+    its value) and the record id (SQL)."""
+
+    def header(name: str, text: str) -> str:
+        return f"named_struct('key', {_sql_text(name)}, 'value', CAST({text} AS BINARY))"
+
+    return (f"array({header(QUERY_ID_HEADER, _sql_text(query_id))}, {header(*batch)},"
+            f" {header(RECORD_ID_HEADER, record_id)})")
+
+
+def stream_records(stream: "DataFrame", out: str, dead: str, topics: tuple[str, str | None],
+                   query_id: str) -> "DataFrame":
+    """A job's stream as the Kafka records of one streaming write, each with its ``topic``.
+
+    Each row of ``stream`` has an output row (struct column ``out``) or a dead letter (struct
+    column ``dead``, :data:`DEAD_LETTER_COLUMNS`); ``topics`` are the output's topic and the dead
+    letters' (``None``: the stream has none). The messages are those :class:`KafkaBatchWriter`
+    sends, keyed and valued the same, except that the micro-batch is named by its time (header
+    :data:`BATCH_TIME_HEADER`, microseconds; the same on a replay) instead of its id, which a
+    streaming write cannot see; the record id hashes that time in its place.
+    """
+    out_topic, dead_topic = topics
+    key_field = stream.schema[out].dataType.fieldNames()[0]  # type: ignore[attr-defined]
+    split = stream.selectExpr(out, f"{out} IS NOT NULL AS _is_out",
+                              *(f"{dead}.{_sql_name(c)} AS {_sql_name(c)}" for c in DEAD_LETTER_COLUMNS))
+    dead_value = _fit_dead_letter("to_json(named_struct(" + ", ".join(
+        f"{_sql_text(c)}, {_sql_name(c)}" for c in DEAD_LETTER_COLUMNS) + "))")
+    key = f"CASE WHEN _is_out THEN CAST({out}.{_sql_name(key_field)} AS STRING) ELSE source END"
+    value = f"CASE WHEN _is_out THEN to_json({out}) ELSE {dead_value} END"
+    topic = f"CASE WHEN _is_out THEN {_sql_text(out_topic)} ELSE {_sql_text(dead_topic or out_topic)} END"
+    keyed = split.selectExpr(f"{topic} AS topic", f"{key} AS key", f"{value} AS value")
+    headers = _headers(query_id, (BATCH_TIME_HEADER, BATCH_MICROS_SQL), _record_id(BATCH_MICROS_SQL, "key", "value"))
+    return keyed.selectExpr("topic", "key", "value", f"{headers} AS headers")
 
 
 @contextmanager
@@ -140,13 +185,7 @@ class KafkaBatchWriter:
             value = _fit_dead_letter(value)
         key_text = f"CAST({_sql_name(key)} AS STRING)"
         batch = _sql_text(str(batch_id))
-        record_id = f"sha2(concat_ws('\\u0000', {batch}, coalesce({key_text}, ''), {value}), 256)"
-
-        def header(name: str, text: str) -> str:
-            return f"named_struct('key', {_sql_text(name)}, 'value', CAST({text} AS BINARY))"
-
-        headers = (f"array({header(QUERY_ID_HEADER, _sql_text(query_id))}, {header(BATCH_ID_HEADER, batch)},"
-                   f" {header(RECORD_ID_HEADER, record_id)})")
+        headers = _headers(query_id, (BATCH_ID_HEADER, batch), _record_id(batch, key_text, value))
         return batch_df.selectExpr(f"{key_text} AS key", f"{value} AS value", f"{headers} AS headers")
 
     def __call__(self, batch_df: "DataFrame", batch_id: int) -> None:
@@ -190,5 +229,5 @@ def dedupe(messages: Iterable, headers=lambda m: m.headers()) -> list:
     return out
 
 
-__all__ = ["BATCH_ID_HEADER", "KafkaBatchWriter", "QUERY_ID_HEADER", "RECORD_ID_HEADER", "V1_SOURCES", "dedupe",
-           "headers_of", "through_v2"]
+__all__ = ["BATCH_ID_HEADER", "BATCH_TIME_HEADER", "KafkaBatchWriter", "QUERY_ID_HEADER", "RECORD_ID_HEADER", "V1_SOURCES", "dedupe",
+           "headers_of", "stream_records", "through_v2"]

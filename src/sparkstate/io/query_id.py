@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import TYPE_CHECKING
 
+from .. import fs
 from ..errors import SinkError
 from ..spark import is_connect
 
@@ -23,6 +25,19 @@ def checkpoint_query_id(spark: "SparkSession", checkpoint: str) -> str:
             raise SinkError(f"checkpoint {checkpoint}: its metadata file is empty; it names no query id")
         _ids[checkpoint] = json.loads(line[0])["id"]
     return _ids[checkpoint]
+
+
+def own_query_id(spark: "SparkSession", checkpoint: str) -> str:
+    """The query id a query started on ``checkpoint`` will have, known before it starts: the one the
+    checkpoint keeps, or a new one written into it (Spark takes a ``metadata`` file it finds as
+    the query's, and writes one only when there is none). On any filesystem :mod:`sparkstate.fs`
+    reaches; raises :class:`~sparkstate.fs.FsUnavailable` where it reaches none."""
+    path = fs.join(checkpoint, "metadata")
+    if fs.exists(path, spark):
+        return str(json.loads(fs.read_text(path, spark))["id"])
+    query_id = str(uuid.uuid4())
+    fs.write_text(path, json.dumps({"id": query_id}) + "\n", spark)
+    return query_id
 
 
 def batch_query_id(batch_df: "DataFrame", sink: str, override: str, checkpoint: str | None = None) -> str:

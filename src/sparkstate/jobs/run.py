@@ -41,10 +41,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from .. import fs
 from ..durations import to_ms
 from ..engines import runtime
 from ..errors import JobFailedError, SparkStateError
+from ..io.connectors import require_kafka_connector
+from ..io.kafka import stream_records
 from ..io.parse import DEAD_LETTER_SCHEMA, to_struct
+from ..io.query_id import own_query_id
 from ..io.sinks import SinkSpec, check_sink_paths, parse_sink
 from ..io.sources import open_source
 from ..io.writers import batch_writer, describe, file_layout
@@ -58,7 +62,7 @@ from .config import JobConfig, deadletters_needed, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
 from .marker import check_checkpoint, write_marker
 from .pipelines import JOB_PIPELINES, JobPipeline
-from .tee import JobTee
+from .tee import DEAD, OUT, JobTee
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -178,6 +182,34 @@ def _tee(spark: "SparkSession", job: _Job) -> JobTee:
     return JobTee(writer, dead_writer, counts)
 
 
+def _kafka_records(spark: "SparkSession", job: _Job) -> "DataFrame | None":
+    """The job's stream as Kafka records, when the query writes it straight to Kafka; else ``None``
+    (the query writes through :class:`~sparkstate.jobs.tee.JobTee`).
+
+    Straight to Kafka when the output goes to Kafka and the dead letters (if any) to the same
+    brokers, on a classic session of a Spark that reports a batch's observations without input
+    (4.0 and later): one streaming write sends each row to its topic as the batch runs, with no
+    ``foreachBatch``, no persisted batch and no second write
+    (:func:`~sparkstate.io.kafka.stream_records`; the messages name their batch by its time).
+    The query id the messages carry is written into the checkpoint first (:func:`own_query_id`).
+    """
+    dead = job.dead_sink
+    if job.sink.kind != "kafka" or (dead is not None and (dead.kind != "kafka" or dead.url != job.sink.url)):
+        return None
+    if is_connect(spark) or not runtime.has(runtime.OBSERVED_WITHOUT_INPUT):
+        return None
+    require_kafka_connector(spark, str(job.sink))
+    try:
+        query_id = own_query_id(spark, job.checkpoint)
+    except fs.FsUnavailable as exc:
+        log.info("run %s: writing through foreachBatch: %s", job.pipeline.name, exc)
+        return None
+    log.info("run %s: output to %s and dead letters to %s, in one streaming write", job.pipeline.name, job.sink,
+             dead)
+    return stream_records(job.combined, OUT, DEAD, (str(job.sink.table), None if dead is None else dead.table),
+                          query_id)
+
+
 def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch | None = None) -> JobResult:
     """Run ``config``'s pipeline from its source to its sink; return when it is done.
 
@@ -219,15 +251,21 @@ def run_pipeline(spark: "SparkSession", config: JobConfig, *, on_batch: OnBatch 
 def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batch: OnBatch | None,
          started: float) -> JobResult:
     # Every check passed: from here on things are written.
-    tee = _tee(spark, job)
+    records = _kafka_records(spark, job)
+    tee = _tee(spark, job) if records is None else None
     write_marker(config, spark)
     owed = None if job.own_checkpoint else _queue_owed_batch(spark, job.checkpoint, what)
-    listener = MetricsListener(config.metrics, on_batch, tee.counted_of if tee.counts is not None else None)
+    listener = MetricsListener(config.metrics, on_batch,
+                               tee.counted_of if tee is not None and tee.counts is not None else None)
     add_listener(spark, listener)
     query: Any = None  # a StreamingQuery (start_query returns it as an object)
     try:
-        writer = (job.combined.writeStream.outputMode(job.pipeline.output_mode).foreachBatch(tee)
-                  .option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
+        if tee is not None:
+            writer = job.combined.writeStream.foreachBatch(tee)
+        else:
+            assert records is not None
+            writer = records.writeStream.format("kafka").option("kafka.bootstrap.servers", job.sink.url)
+        writer = (writer.outputMode(job.pipeline.output_mode).option("checkpointLocation", job.checkpoint).trigger(processingTime=f"{job.trigger_ms} milliseconds")
                   .queryName(job.name))
         for attempt in range(1, START_ATTEMPTS + 1):
             query = start_query(writer, what)
@@ -247,7 +285,8 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
         try:
             if query is not None:
                 _stop(spark, query, listener, None if job.own_checkpoint else job.checkpoint, job.trigger_ms)
-            tee.flush()
+            if tee is not None:
+                tee.flush()
         finally:
             remove_listener(spark, listener)
             listener.close()
