@@ -323,6 +323,12 @@ class Outcome:
     settings: dict = field(default_factory=dict)  # a variant's: short names of SETTINGS -> values
 
 
+def dead_letter_topic(topic_out: str) -> str:
+    """The topic of ``sparkstate run``'s dead letters beside the output topic ``topic_out`` (a job whose
+    two sinks are Kafka on one broker writes both in one streaming write)."""
+    return f"{topic_out}-deadletters"
+
+
 def run_command(contender: Variant, workload: str, bootstrap: str, topic_in: str, topic_out: str, work: Path,
                 tag: str, default_trigger: str | None, submit_args: str | None) -> tuple[list[str], dict[str, str]]:
     """``sparkstate run``'s command line for ``contender`` and the environment it adds: the
@@ -333,7 +339,7 @@ def run_command(contender: Variant, workload: str, bootstrap: str, topic_in: str
         "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", "1 minute", "--watermark", "10 seconds"]
     cmd = [sys.executable, "-m", "sparkstate.cli", "run", *pipeline,
            "--source", f"kafka:{bootstrap}/{topic_in}", "--sink", f"kafka:{bootstrap}/{topic_out}",
-           "--deadletter", f"json:{work / (tag + '-deadletter')}",
+           "--deadletter", f"kafka:{bootstrap}/{dead_letter_topic(topic_out)}",
            "--checkpoint", str(work / f"{tag}-checkpoint"), "--option", "startingOffsets=earliest", "--no-progress",
            "--metrics", str(work / f"{tag}-metrics.jsonl")]
     for k, v in contender.options.items():
@@ -404,7 +410,7 @@ class Bench:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         futures = admin.create_topics([NewTopic(t, num_partitions=PARTITIONS, replication_factor=1,
                                                 config={"message.timestamp.type": "LogAppendTime"})
-                                       for t in (topic_in, topic_out)])
+                                       for t in (topic_in, topic_out, dead_letter_topic(topic_out))])
         for f in futures.values():
             f.result()
         workload = Workload(workload_name, self.args.keys, self.args.seed)
