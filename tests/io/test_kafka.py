@@ -320,7 +320,13 @@ def test_output_and_dead_letters_to_kafka_go_out_in_one_streaming_write(kafka_sp
     import hashlib
     from datetime import datetime
 
-    from sparkstate.io.kafka import BATCH_TIME_HEADER, QUERY_ID_HEADER, RECORD_ID_HEADER, dedupe, headers_of
+    from sparkstate.engines import runtime
+    from sparkstate.io.kafka import (BATCH_ID_HEADER, BATCH_TIME_HEADER, QUERY_ID_HEADER, RECORD_ID_HEADER, dedupe,
+                                     headers_of)
+
+    # PySpark 3.5 reports no observations of a batch without input: there the job counts its
+    # batches itself in foreachBatch, and its messages name a batch by its id.
+    straight = runtime.has(runtime.OBSERVED_WITHOUT_INPUT)
 
     spark = kafka_spark
     records = stream_records(DATA)
@@ -339,7 +345,8 @@ def test_output_and_dead_letters_to_kafka_go_out_in_one_streaming_write(kafka_sp
         options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "100"}),
         on_batch=lambda m, _t: runs.setdefault(m.run_id, []).append(m))
     (run_id, batches), = runs.items()
-    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup(run_id)) == len(batches) >= 4
+    jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(run_id))
+    assert len(batches) >= 4 and (jobs == len(batches) if straight else jobs > len(batches))
 
     dead = [(m, json.loads(m.value())) for m in dedupe(kafka_broker.consume_all(dead_topic))]
     late = [d for _, d in dead if d["reason"].startswith("late")]
@@ -366,12 +373,14 @@ def test_output_and_dead_letters_to_kafka_go_out_in_one_streaming_write(kafka_sp
     assert Counter(Session.from_row(r) for r in parsed) == expected and sum(expected.values()) > 40
     assert result.output_rows == len(messages)
 
-    # Headers: the query id, the batch's time from the offset log, a record id anyone can recompute.
-    batch_ms = {json.loads((p).read_text().splitlines()[1])["batchTimestampMs"]
-                for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()}
+    # Headers: the query id, the batch (its time, as the offset log keeps it, or its id), and a
+    # record id anyone can recompute.
+    logs = {int(p.name): json.loads(p.read_text().splitlines()[1])["batchTimestampMs"]
+            for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit()}
+    header = BATCH_TIME_HEADER if straight else BATCH_ID_HEADER
     for m in [*messages, *(m for m, _ in dead)]:
         h = headers_of(m.headers())
         assert h[QUERY_ID_HEADER] == result.query_id
-        assert int(h[BATCH_TIME_HEADER]) // 1000 in batch_ms
-        text = "\0".join([h[BATCH_TIME_HEADER], m.key().decode(), m.value().decode()])
+        assert (int(h[header]) // 1000 in logs.values()) if straight else (int(h[header]) in logs)
+        text = "\0".join([h[header], m.key().decode(), m.value().decode()])
         assert h[RECORD_ID_HEADER] == hashlib.sha256(text.encode()).hexdigest()

@@ -12,6 +12,11 @@ carries what a consumer needs to drop the repeats, in its headers:
   record ids: a consumer keeps the first message per ``(query_id, record_id)`` and drops the
   rest (:func:`dedupe` does so).
 
+A job whose output and dead letters both go to Kafka sends them from its streaming query
+(:func:`stream_records`), which cannot see the batch id: its messages carry
+``sparkstate.batch_time`` (the batch's time in microseconds, which Spark's offset log keeps for a
+replay) in its place, and the record id hashes that time.
+
 Spark writes Kafka through its V1 interface unless told otherwise (``kafka`` is in
 ``spark.sql.sources.useV1SourceList``); the writer takes the V2 one, for its write only
 (:func:`through_v2`). The messages are the same (the same producer, the same at-least-once);

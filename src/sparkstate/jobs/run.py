@@ -7,7 +7,8 @@ What ``sparkstate run`` does::
     source  = open_source(spark, config.source, schema=<the pipeline's>, fmt=config.format)
     output  = <pipeline>(source.events, ...)        validated here; rows it refuses carry a reason
     query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
-              foreachBatch: output rows -> the sink, dead letters (malformed + refused) -> the dead-letter sink
+              both sinks Kafka on one broker: Spark's Kafka write, each row to its topic (_kafka_records)
+              else foreachBatch: output rows -> the sink, dead letters (malformed + refused) -> the dead-letter sink
     MetricsListener: one JSON line per batch -> config.metrics, on_batch -> display
     before: a restarted job plans the no-data batch its last run left owed (owed_batch.py), so the
             timeouts due by the restored watermark (or the clock) fire without waiting for new data
@@ -18,7 +19,8 @@ What ``sparkstate run`` does::
 One query, because only the stateful operator knows the watermark of a micro-batch, so only
 it can tell a late event, and a query has one sink: :class:`~sparkstate.jobs.tee.JobTee`
 writes each batch's two parts, each sink exactly once per batch id (see
-:mod:`sparkstate.jobs.tee`). Every record read is then in exactly one place: an output row's
+:mod:`sparkstate.jobs.tee`); when both parts go to Kafka, Spark's own Kafka write sends each row
+to its topic (at-least-once, as the Kafka sink always is). Every record read is then in exactly one place: an output row's
 input, or a dead letter with its reason. Counts come from ``DataFrame.observe`` (records in,
 rows out, dead letters, late events), so they are exact whatever the sink.
 

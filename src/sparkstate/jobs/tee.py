@@ -22,6 +22,9 @@ Every other sink is told the count of its part first (a file sink logs an empty 
 and PostgreSQL would commit an empty transaction), so the batch is run and counted in one job
 and each part written after it: an empty part costs no job.
 
+A job whose output and dead letters both go to Kafka on one broker does not use the tee:
+its query writes straight to Kafka (:mod:`sparkstate.jobs.run`, ``_kafka_records``).
+
 Each part goes through the writer of its sink's kind (:func:`sparkstate.io.writers.batch_writer`,
 the one :func:`~sparkstate.io.sinks.start_sink` uses too).
 """
