@@ -234,5 +234,5 @@ def dedupe(messages: Iterable, headers=lambda m: m.headers()) -> list:
     return out
 
 
-__all__ = ["BATCH_ID_HEADER", "BATCH_TIME_HEADER", "KafkaBatchWriter", "QUERY_ID_HEADER", "RECORD_ID_HEADER", "V1_SOURCES", "dedupe",
-           "headers_of", "stream_records", "through_v2"]
+__all__ = ["BATCH_ID_HEADER", "BATCH_TIME_HEADER", "KafkaBatchWriter", "QUERY_ID_HEADER", "RECORD_ID_HEADER",
+           "V1_SOURCES", "dedupe", "headers_of", "stream_records", "through_v2"]

@@ -20,8 +20,8 @@ One query, because only the stateful operator knows the watermark of a micro-bat
 it can tell a late event, and a query has one sink: :class:`~sparkstate.jobs.tee.JobTee`
 writes each batch's two parts, each sink exactly once per batch id (see
 :mod:`sparkstate.jobs.tee`); when both parts go to Kafka, Spark's own Kafka write sends each row
-to its topic (at-least-once, as the Kafka sink always is). Every record read is then in exactly one place: an output row's
-input, or a dead letter with its reason. Counts come from ``DataFrame.observe`` (records in,
+to its topic (at-least-once, as the Kafka sink always is). Every record read is then in exactly
+one place: an output row's input, or a dead letter with its reason. Counts come from ``DataFrame.observe`` (records in,
 rows out, dead letters, late events), so they are exact whatever the sink.
 
 This module is the query's life: defining the job, starting the query (again, on its
