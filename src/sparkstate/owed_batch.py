@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from . import fs
-from .engines.checkpoint import operators
+from .engines.checkpoint import operators, stored_query_id
 from .errors import ConfigError
 from .paths import absolute_path
 
@@ -148,8 +148,10 @@ def owed_batch(checkpoint: str | os.PathLike, spark: "SparkSession | None" = Non
 def _query_running_on(spark: "SparkSession", root: str) -> str | None:
     """The name or id of a query of this session that runs on the checkpoint ``root``, else ``None``."""
     try:
-        query_id = json.loads(fs.read_text(fs.join(root, "metadata"), spark))["id"]
+        query_id = stored_query_id(spark, root)
     except (OSError, ValueError, KeyError):
+        return None
+    if query_id is None:
         return None
     for q in spark.streams.active:
         if str(q.id) == query_id:

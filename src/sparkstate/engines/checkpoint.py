@@ -23,6 +23,23 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+#: The checkpoint's file that keeps its query id (Spark's, ``{"id": "<uuid>"}``).
+METADATA = "metadata"
+
+
+def query_id_of(text: str) -> str:
+    """The query id in the text of a checkpoint's :data:`METADATA` file."""
+    return str(json.loads(text)["id"])
+
+
+def stored_query_id(spark: "SparkSession | None", checkpoint: str | os.PathLike) -> str | None:
+    """The query id ``checkpoint`` keeps, read through :mod:`sparkstate.fs` (``None``: no query
+    started on it yet). Raises what :func:`sparkstate.fs.read_text` raises, and ``ValueError`` or
+    ``KeyError`` for a file that names no id."""
+    path = fs.join(checkpoint, METADATA)
+    return query_id_of(fs.read_text(path, spark)) if fs.exists(path, spark) else None
+
+
 def has_state(checkpoint: str | os.PathLike, spark: "SparkSession | None" = None) -> bool:
     """Whether a checkpoint directory holds committed state (at least one committed batch).
 

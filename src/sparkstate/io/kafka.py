@@ -132,8 +132,9 @@ def stream_records(stream: "DataFrame", out: str, dead: str, topics: tuple[str, 
     key = f"CASE WHEN _is_out THEN CAST({out}.{_sql_name(key_field)} AS STRING) ELSE source END"
     value = f"CASE WHEN _is_out THEN to_json({out}) ELSE {dead_value} END"
     topic = f"CASE WHEN _is_out THEN {_sql_text(out_topic)} ELSE {_sql_text(dead_topic or out_topic)} END"
-    keyed = split.selectExpr(f"{topic} AS topic", f"{key} AS key", f"{value} AS value")
-    headers = _headers(query_id, (BATCH_TIME_HEADER, BATCH_MICROS_SQL), _record_id(BATCH_MICROS_SQL, "key", "value"))
+    # The batch's time read once per row (``reflect``, non-deterministic: Spark keeps it one column).
+    keyed = split.selectExpr(f"{topic} AS topic", f"{key} AS key", f"{value} AS value", f"{BATCH_MICROS_SQL} AS _batch")
+    headers = _headers(query_id, (BATCH_TIME_HEADER, "_batch"), _record_id("_batch", "key", "value"))
     return keyed.selectExpr("topic", "key", "value", f"{headers} AS headers")
 
 

@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from .. import fs
+from ..engines.checkpoint import METADATA, query_id_of, stored_query_id
 from ..errors import SinkError
 from ..spark import is_connect
 
@@ -20,10 +21,10 @@ def checkpoint_query_id(spark: "SparkSession", checkpoint: str) -> str:
     """The query id a checkpoint keeps (its ``metadata`` file, written when the query first
     starts), read through Spark so the path may be anywhere the server reads."""
     if checkpoint not in _ids:
-        line = spark.read.text(f"{checkpoint.rstrip('/')}/metadata").first()
+        line = spark.read.text(f"{checkpoint.rstrip('/')}/{METADATA}").first()
         if line is None:
             raise SinkError(f"checkpoint {checkpoint}: its metadata file is empty; it names no query id")
-        _ids[checkpoint] = json.loads(line[0])["id"]
+        _ids[checkpoint] = query_id_of(line[0])
     return _ids[checkpoint]
 
 
@@ -32,11 +33,11 @@ def own_query_id(spark: "SparkSession", checkpoint: str) -> str:
     checkpoint keeps, or a new one written into it (Spark takes a ``metadata`` file it finds as
     the query's, and writes one only when there is none). On any filesystem :mod:`sparkstate.fs`
     reaches; raises :class:`~sparkstate.fs.FsUnavailable` where it reaches none."""
-    path = fs.join(checkpoint, "metadata")
-    if fs.exists(path, spark):
-        return str(json.loads(fs.read_text(path, spark))["id"])
+    query_id = stored_query_id(spark, checkpoint)
+    if query_id is not None:
+        return query_id
     query_id = str(uuid.uuid4())
-    fs.write_text(path, json.dumps({"id": query_id}) + "\n", spark)
+    fs.write_text(fs.join(checkpoint, METADATA), json.dumps({"id": query_id}) + "\n", spark)
     return query_id
 
 
