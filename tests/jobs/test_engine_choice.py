@@ -88,3 +88,61 @@ def test_a_decimal_input_column_reaches_a_job_intact(spark, tmp_path, monkeypatc
     assert result.dead_letters == 0
     rows = spark.table("ec_totals").groupBy("user_id").agg(F.max("total").alias("total")).collect()
     assert sorted((r.user_id, r.total) for r in rows) == [("a", Decimal("12.75")), ("b", Decimal("99999999.99"))]
+
+
+def test_no_pack_leaves_out_the_packing_step_and_a_checkpoint_takes_either(spark, tmp_path, capsys):
+    import random
+
+    from sparkstate.synthetic import Session, generate_events, reference_sessions
+    from sparkstate.synthetic.generator import EVENT_SCHEMA
+
+    # The plan: packed, a Python stage (mapInArrow) cuts the input into blobs before the shuffle; --no-pack has none.
+    (tmp_path / "nothing").mkdir()
+    events = spark.readStream.schema(EVENT_SCHEMA).json(str(tmp_path / "nothing"))
+    plans = {}
+    for pack in (True, False):
+        JOB_PIPELINES["sessionize"].build(events, JobConfig("sessionize", source="files:x", pack=pack), spark).explain()
+        plans[pack] = capsys.readouterr().out
+    assert "MapInArrow" in plans[True] and "MapInArrow" not in plans[False] and "TransformWithState" in plans[False]
+
+    # One checkpoint run packed, then without packing, then packed again: packing does not change the state's
+    # layout, so the sessions are the reference's. Each third of the events lands shuffled.
+    all_events = generate_events(240, users=6, seed=31)
+    land, out, ck, metrics = tmp_path / "in", tmp_path / "sessions", tmp_path / "ck", tmp_path / "metrics.jsonl"
+    land.mkdir()
+    rng = random.Random(5)
+    for i, flags in enumerate(([], ["--no-pack"], [])):
+        part = all_events[i * 80:(i + 1) * 80]
+        rng.shuffle(part)
+        (land / f"part-{i}.json").write_text("".join(e.to_json() + "\n" for e in part))
+        code = main(_sessionize(land, ck, out, tmp_path, "--watermark", "0 seconds", "--metrics", str(metrics), *flags))
+        assert code == 0, capsys.readouterr().err
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    last = lines[-1]
+    written = sorted((Session.from_row(r) for r in spark.read.parquet(str(out)).collect()),
+                     key=lambda s: (s.user_id, s.session_start))
+    from datetime import datetime, timezone
+    final = datetime.strptime(last["watermark"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert written == reference_sessions(all_events, "1 minute", watermark=final)
+    assert len(written) > 10 and sum(m["dead_letters"] for m in lines) == 0
+
+
+def test_no_pack_is_refused_beside_an_engine_that_always_packs(tmp_path, capsys):
+    land = tmp_path / "in"
+    _land(land, "a.json", [{"user_id": "u1", "event_time": T("00:00"), "data": "/home", "is_last": True}])
+    args = _sessionize(land, tmp_path / "ck", tmp_path / "out", tmp_path, "--no-pack", "--engine", "tws")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--no-pack applies to the batched engine" in err and "tws" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "ck").exists()
+
+
+def test_no_pack_alone_is_refused_only_where_the_default_engine_always_packs():
+    from sparkstate.engines import default_engine
+
+    if default_engine() == "batched":
+        assert JobConfig("sessionize", source="files:x", pack=False).pack is False
+    else:  # PySpark 3.5 (the version matrix runs this there): the inband engine, before Spark starts
+        with pytest.raises(ss.ConfigError, match=r"batched engine needs PySpark 4\.0\+; this PySpark runs the inband"
+                                                 r" engine, which always packs \(drop --no-pack\)"):
+            JobConfig("sessionize", source="files:x", pack=False)

@@ -56,6 +56,8 @@ WITHOUT_TRANSFORM_WITH_STATE = [
     "tests/engines/test_inband_initial_state.py",
     # Spark 3.5 reports no observed metrics for a batch without input: the job's own counts of it
     "tests/test_cli.py::test_run_sessionize_once_writes_exactly_the_reference_sessions",
+    # --no-pack names the release whose engine it needs
+    "tests/jobs/test_engine_choice.py::test_no_pack_alone_is_refused_only_where_the_default_engine_always_packs",
 ]
 #: The releases whose state client the batched engine sends windows of requests to
 #: (sparkstate.engines.batched.wire: 4.1 and later; 4.0 gets the public one-by-one calls).

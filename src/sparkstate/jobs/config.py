@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError
 from ..paths import absolute_path
-from .pipelines import JOB_PIPELINES
+from .pipelines import JOB_PIPELINES, check_pack
 from .settings import ENV_PREFIX, JOB_SETTINGS, PACED_TRIGGER, SCHEDULED_SOURCES, Setting, initial_state_path
 
 if TYPE_CHECKING:
@@ -151,6 +151,7 @@ class JobConfig:
         object.__setattr__(self, "deadletter_spec", dead_spec)
         if values["trigger"] is None:  # decided from this config's source and pipeline settings, set above
             values["trigger"] = default_trigger(self)
+        check_pack(self)
         check = JOB_PIPELINES[pipeline].check
         if check is not None:
             check(self)

@@ -27,6 +27,8 @@ from pyspark.sql import functions as F
 
 from .. import fs
 from ..ddl import column_names
+from ..engines import DEFAULT_ENGINE, BatchedEngine, default_engine
+from ..engines.runtime import TRANSFORM_WITH_STATE_IN_PANDAS
 from ..errors import ConfigError
 from ..io.parse import RAW, SOURCE
 # Each function from its own module: the package re-exports them under their modules' names,
@@ -135,9 +137,27 @@ def _sessionize(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") 
                       initial_state=_initial(spark, cfg, None))
 
 
-def _engine(cfg: SettingValues) -> str | None:
-    # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine)
-    return cfg.engine
+def _engine(cfg: SettingValues) -> "str | BatchedEngine | None":
+    # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine).
+    # --no-pack: the batched engine without its packing step (check_pack refuses it beside another engine).
+    return cfg.engine if cfg.pack else BatchedEngine(pack=False)
+
+
+def check_pack(cfg: SettingValues) -> None:
+    """Refuse ``pack=False`` (``--no-pack``) on a job whose engine does not pack by choice: only
+    the batched engine's packing step can be left out."""
+    if cfg.pack:
+        return
+    engine = cfg.engine or default_engine()
+    if engine == DEFAULT_ENGINE:
+        return
+    if cfg.engine is None:
+        minor = ".".join(map(str, TRANSFORM_WITH_STATE_IN_PANDAS))
+        raise ConfigError(f"run: --no-pack leaves out the batched engine's packing step, and the batched engine"
+                          f" needs PySpark {minor}+; this PySpark runs the {engine} engine, which always packs"
+                          " (drop --no-pack)")
+    raise ConfigError(f"run: --no-pack applies to the batched engine, and this job runs on the {engine} engine"
+                      " (drop --no-pack, or use --engine batched)")
 
 
 def _timed_out() -> list["Column"]:
@@ -251,4 +271,4 @@ JOB_PIPELINES: dict[str, JobPipeline] = {
 }
 
 __all__ = ["CARRY", "INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "Kept", "Refusals", "SESSIONIZE_SETTINGS",
-           "read_initial_state"]
+           "check_pack", "read_initial_state"]
