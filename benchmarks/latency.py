@@ -87,16 +87,30 @@ def _trigger(text: str) -> str:
     return f"{positive_ms(text, 'trigger')} milliseconds"
 
 
+def _checkpoints(text: str) -> str:
+    """``filesystem`` or ``filecontext``: Spark's checkpoint file manager on Hadoop's FileSystem
+    or FileContext API (Spark's default), by its class name in the installed PySpark."""
+    from sparkstate.versions import pyspark_minor
+
+    kind = {"filesystem": "FileSystem", "filecontext": "FileContext"}.get(text.lower())
+    if kind is None:
+        raise ValueError(f"expected filesystem or filecontext, got {text!r}")
+    package = "checkpointing." if pyspark_minor() >= (4, 1) else ""  # the class moved in 4.1
+    return f"org.apache.spark.sql.execution.streaming.{package}{kind}BasedCheckpointFileManager"
+
+
 @dataclass(frozen=True)
 class Setting:
     """What a variant's ``NAME=VALUE`` changes: a Spark setting (``conf``), an option of the Kafka
-    source (``option``) or, with neither, the query's processing-time trigger. ``parse`` checks a
-    value and gives the one passed on."""
+    source (``option``), a flag of ``sparkstate run`` (``run_flag``, whose ``--no-`` form an off
+    value gives; ``sparkstate-run`` only) or, with none, the query's processing-time trigger.
+    ``parse`` checks a value and gives the one passed on."""
 
     conf: str | None
     parse: Callable[[str], str]
     help: str
     option: str | None = None
+    run_flag: str | None = None
 
 
 #: The settings a variant (``CONTENDER+NAME=VALUE``) may change, by short name.
@@ -115,6 +129,13 @@ SETTINGS = {
                          option="kafka.fetch.max.wait.ms"),
     "maxrecords": Setting("spark.sql.execution.arrow.maxRecordsPerBatch", _count,
                           "rows per Arrow batch between the JVM and Python (Spark's default: 10,000)"),
+    "unixsockets": Setting("spark.python.unix.domain.socket.enabled", _switch,
+                           "Python workers on Unix domain sockets (PySpark 4.1+), on (sparkstate's default) or off"
+                           " (loopback TCP, Spark's default)"),
+    "checkpoints": Setting("spark.sql.streaming.checkpointFileManagerClass", _checkpoints,
+                           "the checkpoint's file manager: filecontext (Spark's default) or filesystem"),
+    "pack": Setting(None, _switch, "sparkstate run's packing step (--pack, its default, or --no-pack)",
+                    run_flag="pack"),
 }
 
 
@@ -140,6 +161,12 @@ class Variant:
     def trigger(self) -> str | None:
         return self.settings.get("trigger")
 
+    @property
+    def run_flags(self) -> list[str]:
+        """The ``sparkstate run`` flags it changes (``--no-pack``)."""
+        return [f"--{f}" if self.settings[k] == "true" else f"--no-{f}"
+                for k in self.settings if (f := SETTINGS[k].run_flag) is not None]
+
 
 def parse_variant(name: str, workloads: list[str]) -> Variant:
     """``CONTENDER[+SETTING=VALUE...]`` as a :class:`Variant`; ``ValueError`` (one line) if
@@ -163,6 +190,8 @@ def parse_variant(name: str, workloads: list[str]) -> Variant:
             settings[key] = SETTINGS[key].parse(value)
         except ValueError as exc:
             raise ValueError(f"{name}: {key}: {exc}") from None
+        if SETTINGS[key].run_flag is not None and base != "sparkstate-run":
+            raise ValueError(f"{name}: {key} is a flag of sparkstate run: sparkstate-run+{key}=VALUE")
     return Variant(name, base, settings)
 
 
@@ -171,7 +200,8 @@ def parse_variant(name: str, workloads: list[str]) -> Variant:
 DOCUMENTED_VARIANTS = (
     "java-mgws+fetchwait=500", "java-mgws+partitions=1", "sparkstate-batched+fetchwait=500",
     "sparkstate-batched+partitions=1", "sparkstate-batched+changelog=off", "sparkstate-run+trigger=1s",
-    "java-fmgws+fetchwait=500",
+    "java-fmgws+fetchwait=500", "sparkstate-run+pack=off", "sparkstate-batched+unixsockets=off",
+    "sparkstate-run+unixsockets=off", "java-mgws+checkpoints=filesystem", "sparkstate-batched+checkpoints=filesystem",
 )
 
 
@@ -344,6 +374,7 @@ def run_command(contender: Variant, workload: str, bootstrap: str, topic_in: str
            "--metrics", str(work / f"{tag}-metrics.jsonl")]
     for k, v in contender.options.items():
         cmd += ["--option", f"{k}={v}"]
+    cmd += contender.run_flags
     trigger = contender.trigger or default_trigger
     if trigger:
         cmd += ["--trigger", trigger]

@@ -60,6 +60,8 @@ def test_a_variant_names_its_contender_and_the_settings_it_changes():
     ("sparkstate-batched+partitions=1+partitions=2", "partitions is given twice"),
     ("sparkstate-batchd+partitions=1", "'sparkstate-batchd' is not a contender of count"),
     ("java-fmgws+partitions=1", "'java-fmgws' is not a contender of count"),
+    ("sparkstate-batched+pack=off", "pack is a flag of sparkstate run"),
+    ("java-mgws+checkpoints=hdfs", "checkpoints: expected filesystem or filecontext"),
 ])
 def test_a_wrong_variant_is_refused_in_one_line_before_anything_starts(name, says, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -143,3 +145,18 @@ def test_an_input_counts_in_the_phase_that_sent_it_not_the_one_whose_window_its_
     got, backlog_end = phase_latencies({"floor": floor, "1000/s": rate}, appended, outputs, phase_of)
     # b was appended 10 ms after the floor ended: it is the rate phase's, inside its settling time
     assert got == {"floor": [300], "1000/s": [300, 50]} and backlog_end is None
+
+
+def test_sparkstate_run_takes_its_own_flags_and_the_checkpoint_manager_is_named_for_this_pyspark(tmp_path):
+    v = parse_variant("sparkstate-run+pack=off+unixsockets=off", ["count"])
+    cmd, env = run_command(v, "count", "b", "in", "out", tmp_path, "t", None, None)
+    assert "--no-pack" in cmd and "--pack" not in cmd
+    assert env == {"PYSPARK_SUBMIT_ARGS": "--conf spark.python.unix.domain.socket.enabled=false pyspark-shell"}
+    cls = parse_variant("java-mgws+checkpoints=filesystem", ["count"]).conf["spark.sql.streaming.checkpointFileManagerClass"]
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    sql_jar = next(jars.glob("spark-sql_*.jar"))
+    import zipfile
+
+    assert cls.replace(".", "/") + ".class" in zipfile.ZipFile(sql_jar).namelist()

@@ -69,3 +69,25 @@ def test_a_running_session_is_reused_as_it_is_with_one_warning(spark):
         assert ss.spark_session(config={key: "48"}).conf.get(key) == "48"
     finally:
         spark.conf.set(key, before)
+
+
+def test_python_workers_talk_over_unix_sockets_where_spark_has_them(spark, tmp_path):
+    from sparkstate.versions import PYTHON_UNIX_SOCKETS, has
+
+    conf = spark.sparkContext.getConf()
+    if has(PYTHON_UNIX_SOCKETS):
+        assert conf.get("spark.python.unix.domain.socket.enabled") == "true"
+    else:  # 3.5 and 4.0 have no such setting: nothing is set
+        assert conf.get("spark.python.unix.domain.socket.enabled") is None
+
+    # A Python stage and a Python stateful operator run over them, pids and all.
+    def pids(batches):
+        import pyarrow as pa
+
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"id": b.column(0), "pid": [os.getpid()] * b.num_rows})
+
+    rows = spark.range(0, 40, 1, 4).mapInArrow(pids, "id long, pid long").collect()
+    assert sorted(r.id for r in rows) == list(range(40)) and all(r.pid != os.getpid() for r in rows)
+    counts = ss.pipelines.running_count(spark.createDataFrame([("a",), ("b",), ("a",)], "word string"))
+    assert sorted((r.word, r["count"]) for r in counts.collect()) == [("a", 2), ("b", 1)]
