@@ -142,7 +142,8 @@ def spark_session(
 
     RocksDB state store with changelog checkpointing, RocksDB's memory bounded
     (:data:`ROCKSDB_MEMORY`: 64 MB per executor), UTC session time zone, quiet logs; in local
-    mode also shuffle partitions = the machine's cores and no UI (:data:`LOCAL_DEFAULTS`). Each
+    mode also shuffle partitions = the machine's cores and no UI (:data:`LOCAL_DEFAULTS`), and
+    (PySpark 4.1+) Python workers on Unix domain sockets when it starts the JVM. Each
     only where nobody set it: what spark-submit ``--conf``, ``spark-defaults.conf`` or the
     cluster configured stands. A session that is already running is reused as it is, with one
     warning naming the settings that differ and why they matter. The state encoding stays Spark's default, so one query
