@@ -133,7 +133,8 @@ SETTINGS = {
                            "Python workers on Unix domain sockets (PySpark 4.1+), on (sparkstate's default) or off"
                            " (loopback TCP, Spark's default)"),
     "checkpoints": Setting("spark.sql.streaming.checkpointFileManagerClass", _checkpoints,
-                           "the checkpoint's file manager: filecontext (Spark's default) or filesystem"),
+                           "the checkpoint's file manager: filecontext (Spark's default) or filesystem (to measure"
+                           " only: on a local disk it does not replace a file that exists)"),
     "pack": Setting(None, _switch, "sparkstate run's packing step (--pack, its default, or --no-pack)",
                     run_flag="pack"),
 }
