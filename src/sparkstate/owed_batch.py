@@ -101,6 +101,30 @@ def _entry(path: str, spark: "SparkSession | None") -> tuple[list[str], dict]:
     return lines, meta
 
 
+def planned_sources(checkpoint: str | os.PathLike, spark: "SparkSession | None" = None) -> int | None:
+    """How many source scans the query of ``checkpoint`` planned its newest micro-batch with (an
+    offset per scan, after the metadata line of ``offsets/N``), or ``None`` when it planned none.
+    Spark refuses to go on with a query that scans its sources another number of times.
+
+    >>> import tempfile, os
+    >>> ck = tempfile.mkdtemp()
+    >>> planned_sources(ck) is None
+    True
+    >>> os.mkdir(f"{ck}/offsets")
+    >>> _ = open(f"{ck}/offsets/0", "w").write('v1\n{"batchWatermarkMs":0}\n{"logOffset":0}\n{"logOffset":0}')
+    >>> planned_sources(ck)
+    2
+    """
+    root = absolute_path(checkpoint)
+    if not fs.exists(fs.join(root, "offsets"), spark):
+        return None
+    planned = _latest(root, "offsets", spark)
+    if planned is None:
+        return None
+    lines, _ = _entry(fs.join(root, "offsets", str(planned)), spark)
+    return len([line for line in lines[2:] if line.strip()])
+
+
 def _processing_time(spark: "SparkSession | None", root: str) -> bool:
     """Whether the checkpoint's state metadata records an operator with processing-time timers."""
     if spark is None:
@@ -214,4 +238,4 @@ def _queue(spark: "SparkSession", root: str, processing_time: bool | None) -> Ow
     return owed
 
 
-__all__ = ["OwedBatch", "owed_batch", "queue_owed_batch"]
+__all__ = ["OwedBatch", "owed_batch", "planned_sources", "queue_owed_batch"]

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sparkstate.engines import DEFAULT_ENGINE, InBandEngine, default_engine
+from sparkstate.errors import ConfigError
 from sparkstate.group_state import GroupStateTimeout
 from sparkstate.synthetic import EVENT_SCHEMA, Event, Session, generate_events, reference_sessions
 from sparkstate.pipelines import sessionize
@@ -571,3 +572,68 @@ def test_open_sessions_move_through_export_and_initial_state(spark, tmp_path, se
                                          initial_state=initial), tmp_path / "ck2", got)
     final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
     assert ordered(got) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rows_refused_by_a_reason_column_join_nothing_and_leave_the_watermark(spark, tmp_path, engine):
+    """``reason=`` (as ``sparkstate run`` passes the parse's reasons): shuffled input, with rows
+    already refused among the good ones: one of a user in the middle of a session with its flag
+    set (it would split the session), one an hour ahead of everything (it would move the
+    watermark and time every session out), one without a key or a time. Each comes out refused
+    with its own reason; the sessions are the reference's of the good events, and the watermark
+    is the good events' alone."""
+    delay_ms = 40_000
+    events = generate_events(60, users=3, seed=17, last_share=0.3)
+    batches = disordered(events, delay_ms, random.Random(5), batches=5)
+    newest = max(events, key=lambda e: e.event_time)
+    refused = [
+        {"user_id": events[10].user_id, "event_time": events[10].event_time + timedelta(milliseconds=1),
+         "data": "/split", "is_last": True, "why": "field is_last: expected boolean, got 'yes'"},
+        {"user_id": events[0].user_id, "event_time": newest.event_time + timedelta(hours=1), "data": "/ahead",
+         "is_last": False, "why": "missing field data"},
+        {"user_id": None, "event_time": None, "data": "{oops", "is_last": None, "why": "not valid JSON"},
+    ]
+    landing = Landing(tmp_path / "in")
+    rng = random.Random(11)
+    for i, b in enumerate(batches):
+        rows = [{**r, "why": None} for r in _rows(b)] + ([refused[i]] if i < len(refused) else [])
+        rng.shuffle(rows)
+        landing.add(rows)
+    stream = landing.stream(spark, EVENT_SCHEMA + ", why string")
+    out = sessionize(stream, gap="1 minute", watermark=f"{delay_ms} milliseconds", late="emit", engine=engine,
+                     reason="why")
+    got: list = []
+
+    def sink(df, batch_id):
+        got.extend(df.collect())
+
+    q = out.writeStream.outputMode("append").foreachBatch(sink).option("checkpointLocation",
+                                                                       str(tmp_path / "ck")).start()
+    try:
+        q.processAllAvailable()
+        wm_text = q.lastProgress["eventTime"]["watermark"]
+    finally:
+        q.stop()
+    final_wm = datetime.strptime(wm_text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    assert final_wm == newest.event_time.replace(microsecond=newest.event_time.microsecond // 1000 * 1000) \
+        - timedelta(milliseconds=delay_ms)
+    sessions = [_session_row(r) for r in got if r["rejected"] is None]
+    assert ordered(sessions) == ordered(reference_sessions(events, "1 minute", watermark=final_wm))
+    assert len(sessions) >= 8
+    assert sorted((r["rejected"]["data"], r["rejected"]["reason"]) for r in got if r["rejected"] is not None) \
+        == sorted((r["data"], r["why"]) for r in refused)
+
+
+def test_a_reason_column_is_checked_when_defined(spark):
+    df = spark.createDataFrame([], EVENT_SCHEMA + ", why string, n int")
+    for kwargs, message in [
+        ({"reason": "why"}, "reason= applies to time_mode='event' with late='emit'"),
+        ({"reason": "why", "late": "emit", "time_mode": "processing"}, "reason= applies to time_mode='event'"),
+        ({"reason": "n", "late": "emit"}, "reason column 'n' must be of type string, but it is int"),
+        ({"reason": "data", "late": "emit"}, "reason column 'data' is already a column sessionize uses"),
+        ({"reason": "why", "late": "emit", "carry": ["why"]}, "reason column 'why' is already a column"),
+        ({"reason": "nope", "late": "emit"}, "reason column 'nope' is not in the input"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            sessionize(df, **kwargs)
+        assert message in str(err.value), (kwargs, str(err.value))

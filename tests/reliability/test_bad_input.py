@@ -196,6 +196,119 @@ def test_malformed_records_become_dead_letters_with_their_reasons(spark, tmp_pat
             - len(dead), reasons=len(set(expected)))
 
 
+class _Plans(StreamingQueryListener):
+    """The physical plan of each micro-batch of the running queries."""
+
+    def __init__(self, spark) -> None:
+        self.session = spark
+        self.plans: list[str] = []
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        query = self.session.streams.get(str(event.progress.id))
+        if query is not None:
+            self.plans.append(query._jsq.streamingQuery().lastExecution().executedPlan().toString())
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
+
+
+def test_event_time_refuses_malformed_records_in_its_one_read_of_the_input(spark, tmp_path, capsys):
+    """An event-time sessionize job gives the pipeline every record, with the parse's reason, and
+    the pipeline refuses the malformed ones: the query reads each input file once. A
+    processing-time job reads the dead letters beside the pipeline (a second read). The dead
+    letters are the same either way, byte for byte: a huge record's head, invalid UTF-8 replaced
+    in ``raw`` and exact in ``raw_bytes``."""
+    events = generate_events(80, users=4, seed=13)
+    broken = b'\xff\xfe{"user_id": "user-000", oops'
+    lines = [e.to_json().encode() for e in events[:40]] + [m.encode() for m, _ in MALFORMED] + [HUGE.encode(), broken]
+    (tmp_path / "in").mkdir()
+    for i, chunk in enumerate((lines, [e.to_json().encode() for e in events[40:]])):
+        path = tmp_path / "in" / f"part-{i:05d}.json"
+        path.write_bytes(b"".join(line + b"\n" for line in chunk))
+        os.utime(path, (time.time() - 10 + i, time.time() - 10 + i))
+    dead, scans = {}, {}
+    for mode in ("event", "processing"):
+        out, ck = tmp_path / mode / "out", tmp_path / mode / "ck"
+        listener = _Plans(spark)
+        spark.streams.addListener(listener)
+        try:
+            code, _, err = _run(capsys, "sessionize", "--source", f"files:{tmp_path / 'in'}", "--format", "json",
+                                "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--time-mode", mode, "--once",
+                                "--option", "maxFilesPerTrigger=1", "--trigger", "200 milliseconds")
+        finally:
+            spark.streams.removeListener(listener)
+        assert code == 0, err
+        assert listener.plans, "no micro-batch's plan was seen while the query ran"
+        # the batches that read a file (the files are read as text lines, parsed by sparkstate.io.parse)
+        scans[mode] = {plan.count("FileScan text") for plan in listener.plans if "FileScan" in plan}
+        dead[mode] = Counter((r.raw, bytes(r.raw_bytes), r.reason, Path(r.source).name)
+                             for r in _dead(spark, out / "_deadletter"))
+    assert scans == {"event": {1}, "processing": {2}}
+    assert dead["event"] == dead["processing"]
+    assert sum(dead["event"].values()) == len(MALFORMED) + 2
+    assert Counter(reason for (_, _, reason, _), n in dead["event"].items() for _ in range(n)) == Counter(
+        [reason for _, reason in MALFORMED] + ["not valid JSON",
+                                               f"record is {len(HUGE)} bytes, over the limit of 1000000 bytes"
+                                               " (max_record_bytes)"])
+    got = {reason: (raw, data) for raw, data, reason, _ in dead["event"]}
+    assert got["not valid JSON"] in {(m, m.encode()) for m, r in MALFORMED if r == "not valid JSON"} | {
+        ("\ufffd\ufffd" + broken[2:].decode(), broken)}
+    assert ("\ufffd\ufffd" + broken[2:].decode(), broken, "not valid JSON", "part-00000.json") in dead["event"]
+    huge = next(v for k, v in got.items() if k.startswith("record is"))
+    assert huge == (HUGE[:1024] + "... [truncated]", HUGE.encode())
+
+
+def test_a_checkpoint_of_a_query_that_read_its_input_twice_goes_on_reading_it_twice(spark, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """Jobs before 2026-11-28 read the dead letters beside the pipeline (a second scan of the
+    source), and Spark refuses a query that scans its source another number of times than its
+    checkpoint's. Such a checkpoint (its marker without ``one_read``) goes on with two scans; a new
+    one is marked and has one. The sessions are the reference's, every malformed record a dead letter."""
+    from dataclasses import replace
+
+    from sparkstate.jobs.marker import JOB_MARKER, ONE_READ
+
+    events = generate_events(120, users=4, seed=19)
+    bad = [line for line, _ in MALFORMED]
+    _write_files(tmp_path / "in", [[e.to_json() for e in events[:60]] + bad[:5]])
+    out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "m.jsonl"
+    sessionize = JOB_PIPELINES["sessionize"]
+    assert sessionize.refusals is not None
+    with monkeypatch.context() as m:  # the job as it was: the pipeline does not take the malformed records
+        m.setitem(JOB_PIPELINES, "sessionize", replace(sessionize, refusals=replace(sessionize.refusals,
+                                                                                     malformed=None)))
+        code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics))
+        assert code == 0, err
+    assert ONE_READ not in json.loads((ck / JOB_MARKER).read_text())
+
+    def scans(checkpoint: Path) -> set[int]:
+        entries = [p.read_text().splitlines()[2:] for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+        return {len(lines) for lines in entries}
+
+    assert scans(ck) == {2}
+    _write_files(tmp_path / "in2", [[e.to_json() for e in events[60:]] + bad[5:]])
+    for f in (tmp_path / "in2").iterdir():
+        f.rename(tmp_path / "in" / f"part-1{f.name}")
+    code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics))
+    assert code == 0, err
+    assert scans(ck) == {2}
+    lines = _metrics(metrics)
+    assert _sessions(spark, out) == reference_sessions(events, GAP, watermark=_utc(lines[-1]["watermark"]))
+    assert Counter((r.raw, r.reason) for r in _dead(spark, out / "_deadletter")) == Counter(MALFORMED)
+
+    fresh = tmp_path / "fresh"
+    code, _, err = _run(capsys, *_session_args(tmp_path / "in", fresh / "out", fresh / "ck", fresh / "m.jsonl"))
+    assert code == 0, err
+    assert json.loads((fresh / "ck" / JOB_MARKER).read_text())[ONE_READ] is True and scans(fresh / "ck") == {1}
+    assert _sessions(spark, fresh / "out") == _sessions(spark, out)
+
+
 class _GeneratedCode(StreamingQueryListener):
     """The generated code of each micro-batch of a running query, with the batch's time (ms)."""
 

@@ -189,6 +189,17 @@ def dead_raw(raw: Column) -> tuple[Column, Column]:
     return valid_utf8(raw), raw.cast("binary")
 
 
+def dead_letter_raw(raw: Column, max_record_bytes: int) -> tuple[Column, Column]:
+    """A record as read, as its dead letter's ``raw`` and ``raw_bytes`` (:func:`dead_raw`), with
+    ``raw`` cut to its first :data:`RAW_PREVIEW_CHARS` characters when the record is larger than
+    ``max_record_bytes``."""
+    text, data = dead_raw(raw)
+    kept = F.when(
+        F.octet_length(raw) > max_record_bytes, F.concat(F.substring(text, 1, RAW_PREVIEW_CHARS), F.lit("... [truncated]")),
+    ).otherwise(text)
+    return kept, data
+
+
 def valid_utf8(text: Column) -> Column:
     """``text`` with each invalid UTF-8 sequence replaced by U+FFFD, valid text byte-identical:
     ``make_valid_utf8`` (Spark 4.0+); on Spark 3.5, its bytes decoded as UTF-8 (Java's decoder
@@ -201,12 +212,7 @@ def valid_utf8(text: Column) -> Column:
 def _split(checked: DataFrame, schema: StructType, max_record_bytes: int) -> Parsed:
     reason = F.col(REASON)
     events = checked.where(reason.isNull()).select(*[F.col(f"`{n}`") for n in schema.fieldNames()])
-    raw = F.col(RAW)
-    too_large = F.octet_length(raw) > max_record_bytes
-    text, data = dead_raw(raw)
-    kept_raw = F.when(
-        too_large, F.concat(F.substring(text, 1, RAW_PREVIEW_CHARS), F.lit("... [truncated]")),
-    ).otherwise(text)
+    kept_raw, data = dead_letter_raw(F.col(RAW), max_record_bytes)
     dead = checked.where(reason.isNotNull()).select(
         kept_raw.alias("raw"),
         data.alias("raw_bytes"),

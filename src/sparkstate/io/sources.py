@@ -108,7 +108,8 @@ class Source:
 
     ``events`` has exactly the schema's columns; ``dead_letters`` has ``raw, raw_bytes, reason, source,
     received_at`` and is ``None`` for Parquet (typed already: its rows pass unchanged).
-    ``checked`` is the frame both are filtered from (see :class:`sparkstate.io.parse.Parsed`).
+    ``checked`` is the frame both are filtered from (see :class:`sparkstate.io.parse.Parsed`);
+    ``max_record_bytes`` the size over which a record was not parsed.
     """
 
     spec: SourceSpec
@@ -117,6 +118,7 @@ class Source:
     events: DataFrame
     dead_letters: DataFrame | None
     checked: DataFrame | None = None
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
 
 def _fail(text: str, why: str = "") -> ConfigError:
@@ -397,7 +399,7 @@ def open_source(
 
     if spec.kind == "files":
         events, dead, checked = _open_files(spark, spec, form, struct, opts, kw)
-        return Source(spec, form, struct, events, dead, checked)
+        return Source(spec, form, struct, events, dead, checked, max_record_bytes)
 
     if spec.kind == "generator":
         from ..synthetic.generator_source import SOURCE_OPTIONS as GENERATOR_SOURCE_OPTIONS, register
@@ -426,7 +428,7 @@ def open_source(
     if spec.kind == "kafka":  # the source's own options are not the parser's
         parse_opts = {k: v for k, v in parse_opts.items() if k not in _kafka_reader_options(parse_opts)}
     parsed = _parse_lines(raw, form, struct, F.col("_where"), options=parse_opts, **kw)
-    return Source(spec, form, struct, parsed.events, parsed.dead_letters, parsed.checked)
+    return Source(spec, form, struct, parsed.events, parsed.dead_letters, parsed.checked, max_record_bytes)
 
 
 __all__ = [

@@ -2,7 +2,9 @@
 
 Each row is either an output row (column :data:`~sparkstate.jobs.tee.OUT`) or a dead letter
 (:data:`~sparkstate.jobs.tee.DEAD`): records the source could not parse, and records the
-pipeline refused (late events, ...), in the dead-letter schema. The counts a job reports are
+pipeline refused (late events, ...), in the dead-letter schema; a pipeline that refuses the
+malformed records itself (:attr:`~sparkstate.jobs.pipelines.Refusals.malformed`) is given them
+with their reason, and the query reads its source once. The counts a job reports are
 observed here (``DataFrame.observe``): records in, rows out, dead letters, late events.
 :class:`~sparkstate.jobs.tee.JobTee` writes each micro-batch's two parts to their sinks.
 """
@@ -15,26 +17,40 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..columns import batch_time
-from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_raw, to_struct
+from ..io.parse import DEAD_LETTER_SCHEMA, RAW, REASON, RECEIVED_AT, SOURCE, dead_letter_raw, to_struct
 from ..observe.metrics import DEAD_LETTER_OBSERVATION, OUTPUT_OBSERVATION
 from .pipelines import JobPipeline, Refusals
+from .settings import SettingValues
 from .tee import DEAD, OUT
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
-def pipeline_events(source: Any, pipeline: JobPipeline) -> "DataFrame":
-    """The good records for the pipeline; a rejecting one also gets each record's raw text and origin."""
-    if pipeline.rejects and source.checked is not None:
-        cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()]
-        return source.checked.where(F.col(REASON).isNull()).select(*cols, F.col(RAW), F.col(SOURCE))
-    return source.events
+def pipeline_input(source: Any, pipeline: JobPipeline, config: SettingValues, *,
+                   one_read: bool = True) -> tuple["DataFrame", "DataFrame | None"]:
+    """What the pipeline is given, and the dead letters the query reads beside it (``None``: none).
+
+    A pipeline that refuses records gets each record's raw bytes and origin (:data:`CARRY`: bytes, as
+    a record's text may hold invalid UTF-8, which Python could not take as a string); one
+    that refuses malformed records itself (:attr:`Refusals.malformed`) gets every record, with
+    the parse's reason (null on a good one), and the query reads the source once. Otherwise, or
+    without ``one_read`` (a checkpoint whose query read the source twice), the pipeline gets the
+    good records, and the source's dead letters are a second read of it.
+    """
+    refusals = pipeline.refusals
+    if refusals is None or source.checked is None:
+        return source.events, source.dead_letters
+    cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()] + [F.col(RAW).cast("binary").alias(RAW), F.col(SOURCE)]
+    if one_read and refusals.malformed is not None and refusals.malformed(config):
+        return source.checked.select(*cols, F.col(REASON)), None
+    return source.checked.where(F.col(REASON).isNull()).select(*cols), source.dead_letters
 
 
-def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str) -> "Column":
+def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str,
+                     max_record_bytes: int) -> "Column":
     """A refused output row (non-null ``refusals.column``) as a dead letter (raw, raw_bytes, reason, source,
-    received_at).
+    received_at), as the parse writes one (:func:`~sparkstate.io.parse.dead_letter_raw`).
 
     ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
     (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
@@ -42,10 +58,10 @@ def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: 
     col = refusals.column
     names = output.schema[col].dataType.fieldNames()  # type: ignore[attr-defined]
     raw = F.to_json(F.struct(F.col(key), *[F.col(f"{col}.`{n}`") for n in refusals.event]))
-    if RAW in names:
-        raw = F.coalesce(F.col(f"{col}.`{RAW}`"), raw)
+    if RAW in names:  # the record's bytes, as Spark's string of them (dead_letter_raw makes it valid text)
+        raw = F.coalesce(F.col(f"{col}.`{RAW}`").cast("string"), raw)
     where = F.col(f"{col}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
-    text, data = dead_raw(raw)
+    text, data = dead_letter_raw(raw, max_record_bytes)
     return F.struct(
         text.alias("raw"),
         data.alias("raw_bytes"),
@@ -75,15 +91,17 @@ def _output_counts(refusals: Refusals | None, is_out: "Column", pipeline: JobPip
 
 
 def combined_stream(output: "DataFrame", dead_letters: "DataFrame | None", pipeline: JobPipeline,
-               origin: str) -> tuple["DataFrame", StructType, bool]:
+                    origin: str, max_record_bytes: int) -> tuple["DataFrame", StructType, bool]:
     """The job's one streaming DataFrame (:data:`OUT` | :data:`DEAD` per row), the output's schema,
-    and whether the pipeline may refuse records."""
+    and whether the pipeline may refuse records. ``dead_letters``: the source's, read beside the
+    pipeline (``None`` when there are none, or the pipeline refuses them itself)."""
     refusals = _refusals(output, pipeline)
     out_cols = [c for c in output.columns if refusals is None or c != refusals.column]
     is_out = F.col(refusals.column).isNull() if refusals is not None else F.lit(True)
     output = output.observe(OUTPUT_OBSERVATION, *_output_counts(refusals, is_out, pipeline))
     out_schema = StructType([output.schema[c] for c in out_cols])
-    dead_col = (F.when(~is_out, _refused_as_dead(output, refusals, out_cols[0], origin)) if refusals is not None
+    dead_col = (F.when(~is_out, _refused_as_dead(output, refusals, out_cols[0], origin, max_record_bytes))
+                if refusals is not None
                 else F.lit(None).cast(to_struct(DEAD_LETTER_SCHEMA)))
     combined = output.select(F.when(is_out, F.struct(*[F.col(f"`{c}`") for c in out_cols])).alias(OUT),
                              dead_col.alias(DEAD))
@@ -99,4 +117,4 @@ def _observed_dead_letters(dead_letters: "DataFrame") -> "DataFrame":
     return dead_letters.observe(DEAD_LETTER_OBSERVATION, F.count(F.lit(1)).alias("rows"))
 
 
-__all__ = ["combined_stream", "pipeline_events"]
+__all__ = ["combined_stream", "pipeline_input"]

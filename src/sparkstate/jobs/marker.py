@@ -2,7 +2,10 @@
 
 ``CHECKPOINT/_sparkstate_job.json`` is written before a job's first batch
 (:func:`write_marker`) and read before anything else on every later run
-(:func:`check_checkpoint`), on any filesystem Spark reaches (:mod:`sparkstate.fs`).
+(:func:`check_checkpoint`), on any filesystem Spark reaches (:mod:`sparkstate.fs`). It also
+says whether the query gives the pipeline the source's malformed records (:data:`ONE_READ`,
+:func:`reads_once`): Spark refuses to go on with a query that scans its source another number
+of times than its checkpoint's first batch did.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import fs
 from ..errors import ConfigError, JobFailedError, StateSchemaError
+from ..owed_batch import planned_sources
 from .config import JobConfig
 from .pipelines import JOB_PIPELINES
 
@@ -24,6 +28,41 @@ log = logging.getLogger("sparkstate.jobs")
 
 #: The file in a job's checkpoint that says which pipeline (and time mode) made it.
 JOB_MARKER = "_sparkstate_job.json"
+#: The marker's key saying that the query reads its source once, the pipeline refusing the malformed
+#: records itself (:attr:`~sparkstate.jobs.pipelines.Refusals.malformed`); absent: the query read the
+#: dead letters beside the pipeline, as every job did before 2026-11-28.
+ONE_READ = "one_read"
+
+
+def _stored(config: JobConfig, spark: "SparkSession | None") -> dict | None:
+    """The checkpoint's marker, or ``None`` when it has none."""
+    assert config.checkpoint
+    path = fs.join(config.checkpoint, JOB_MARKER)
+    if not fs.exists(path, spark):
+        return None
+    try:
+        stored = json.loads(fs.read_text(path, spark))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
+    return stored if isinstance(stored, dict) else {}
+
+
+def reads_once(config: JobConfig, spark: "SparkSession | None" = None) -> bool:
+    """Whether the job's query may read its source once, giving the pipeline the malformed records
+    (when the pipeline refuses them itself): on a checkpoint without a planned batch, or one whose
+    marker says :data:`ONE_READ`. A checkpoint of a query that read the dead letters beside the
+    pipeline goes on so."""
+    if not config.checkpoint:
+        return True
+    try:
+        if planned_sources(config.checkpoint, spark) is None:
+            return True
+        stored = _stored(config, spark)
+    except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach: a new checkpoint's plan
+        log.warning("run: the job marker of %s was not read (%s); the query reads its source once, as on a new"
+                    " checkpoint", config.checkpoint, exc)
+        return True
+    return bool(stored and stored.get(ONE_READ))
 
 
 def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> None:
@@ -39,16 +78,13 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
     """
     if not config.checkpoint:
         return
-    path = fs.join(config.checkpoint, JOB_MARKER)
     try:
-        if not fs.exists(path, spark):
-            return
-        stored = json.loads(fs.read_text(path, spark))
+        stored = _stored(config, spark)
     except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach: Spark's own checks remain
         log.warning("run: the job marker of %s was not checked: %s", config.checkpoint, exc)
         return
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
+    if stored is None:
+        return
     pipeline = JOB_PIPELINES[config.pipeline]
     want = pipeline.marker_of(config)
     if stored.get("pipeline") != want["pipeline"]:
@@ -65,15 +101,17 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
                                    f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
 
 
-def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
-    """Write the marker of ``config``'s pipeline into its checkpoint, unless one is there."""
+def write_marker(config: JobConfig, spark: "SparkSession | None" = None, *, one_read: bool = False) -> None:
+    """Write the marker of ``config``'s pipeline into its checkpoint (with :data:`ONE_READ` when the
+    query reads its source once), unless the checkpoint has one and a planned batch."""
     if not config.checkpoint:
         return
     path = fs.join(config.checkpoint, JOB_MARKER)
     try:
-        if fs.exists(path, spark):
+        if fs.exists(path, spark) and planned_sources(config.checkpoint, spark) is not None:
             return
-        fs.write_text(path, json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", spark)
+        marker = JOB_PIPELINES[config.pipeline].marker_of(config) | ({ONE_READ: True} if one_read else {})
+        fs.write_text(path, json.dumps(marker) + "\n", spark)
     except fs.FsUnavailable as exc:
         log.warning("run: the job marker of %s was not written: %s", config.checkpoint, exc)
     except OSError as exc:
@@ -81,4 +119,4 @@ def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None
         raise JobFailedError(f"run: cannot write {path}: {exc.strerror or exc}{full}") from None
 
 
-__all__ = ["JOB_MARKER", "check_checkpoint", "write_marker"]
+__all__ = ["JOB_MARKER", "ONE_READ", "check_checkpoint", "reads_once", "write_marker"]

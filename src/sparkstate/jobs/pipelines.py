@@ -30,7 +30,7 @@ from ..ddl import column_names
 from ..engines import DEFAULT_ENGINE, BatchedEngine, default_engine
 from ..engines.runtime import TRANSFORM_WITH_STATE_IN_PANDAS
 from ..errors import ConfigError
-from ..io.parse import RAW, SOURCE
+from ..io.parse import RAW, REASON, SOURCE
 # Each function from its own module: the package re-exports them under their modules' names,
 # so `from ..pipelines import sessionize` and `from ..pipelines.sessionize import ...` disagree.
 from ..pipelines.first_last_activity import first_last_activity
@@ -55,12 +55,18 @@ class Refusals:
     why. ``event``: its fields that hold the refused event; with the output's first column (the
     key) they make the dead letter's ``raw`` text when the record's own text is not carried.
     ``late``: how the reasons of records refused as late begin (counted as ``late_events``).
+    ``malformed(config)``: whether, with these settings, the pipeline refuses the source's
+    malformed records itself: it is given every record, with the parse's reason in
+    :data:`~sparkstate.io.parse.REASON` (null on a good one), and they come out among its
+    refusals, so that the job's query reads the source once (``None``: never; the query reads
+    the source's dead letters beside the pipeline).
     """
 
     column: str
     event: tuple[str, ...]
     late: str | None = None
     reason: str = "reason"
+    malformed: Callable[[SettingValues], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ def _sessionize(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") 
     # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,
                       engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
+                      reason=REASON if REASON in events.columns else None,  # event time: Refusals.malformed
                       max_future_skew=cfg.max_future_skew,  # event time only: _check_sessionize
                       checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last,
                       initial_state=_initial(spark, cfg, None))
@@ -248,7 +255,8 @@ JOB_PIPELINES: dict[str, JobPipeline] = {
     for p in (
         JobPipeline(
             "sessionize", EVENT_SCHEMA, "append", _sessionize, "sessions emitted", _timed_out,
-            refusals=Refusals(REJECTED, ("event_time", "data", "is_last"), late=LATE_PREFIX),
+            refusals=Refusals(REJECTED, ("event_time", "data", "is_last"), late=LATE_PREFIX,
+                              malformed=lambda cfg: cfg.time_mode == "event"),
             settings=SESSIONIZE_SETTINGS, check=_check_sessionize,
             processing_timers=lambda cfg: cfg.time_mode == "processing",
             marker=(Kept("time_mode", "holds {stored}-time {pipeline} state, and this job runs in {want} time: its"

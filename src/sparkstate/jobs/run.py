@@ -5,8 +5,10 @@ What ``sparkstate run`` does::
     check   the checkpoint: made by this pipeline (its marker file), state that fits   nothing written yet
     pipeline = JOB_PIPELINES[config.pipeline]   its declaration: schema, output mode, refusals, marker
     source  = open_source(spark, config.source, schema=<the pipeline's>, fmt=config.format)
-    output  = <pipeline>(source.events, ...)        validated here; rows it refuses carry a reason
-    query   = ONE streaming query on  output ∪ source.dead_letters,  checkpoint CHECKPOINT
+    given, dead = pipeline_input(source, ...)   the pipeline's records; the source's dead letters, or
+              none when the pipeline refuses malformed records itself (event-time sessionize: one read)
+    output  = <pipeline>(given, ...)        validated here; rows it refuses carry a reason
+    query   = ONE streaming query on  output ∪ dead,  checkpoint CHECKPOINT
               both sinks Kafka on one broker: Spark's Kafka write, each row to its topic (_kafka_records)
               else foreachBatch: output rows -> the sink, dead letters (malformed + refused) -> the dead-letter sink
     MetricsListener: one JSON line per batch -> config.metrics, on_batch -> display
@@ -59,10 +61,10 @@ from ..observe.metrics import INPUT_OBSERVATION, RunTotals, redact
 from ..owed_batch import owed_batch, queue_owed_batch
 from ..spark import START_ATTEMPTS, WORKER_NOT_BACK, is_connect, pause_before_attempt, start_query
 from . import connect_runs
-from .combined import combined_stream, pipeline_events
+from .combined import combined_stream, pipeline_input
 from .config import JobConfig, deadletters_needed, source_options
 from .control import stop_after_current_batch, wait_until_caught_up, wait_until_stopped
-from .marker import check_checkpoint, write_marker
+from .marker import check_checkpoint, reads_once, write_marker
 from .pipelines import JOB_PIPELINES, JobPipeline
 from .tee import DEAD, OUT, JobTee
 
@@ -142,6 +144,7 @@ class _Job:
     checkpoint: str
     own_checkpoint: bool
     trigger_ms: int
+    one_read: bool  # the pipeline is given the malformed records: the query reads its source once
 
 
 def _define(spark: "SparkSession", config: JobConfig) -> _Job:
@@ -151,9 +154,13 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     check_checkpoint(config, spark)
     source = open_source(spark, config.source_spec, schema=pipeline.schema, fmt=config.format,
                          options=source_options(config))
-    events = pipeline_events(source, pipeline).observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
+    # A checkpoint's query keeps the number of source scans it started with (Spark refuses another).
+    given, dead_letters = pipeline_input(source, pipeline, config, one_read=reads_once(config, spark))
+    one_read = dead_letters is None and source.dead_letters is not None
+    events = given.observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
-    combined, out_schema, refuses = combined_stream(output, source.dead_letters, pipeline, str(source.spec))
+    combined, out_schema, refuses = combined_stream(output, dead_letters, pipeline, str(source.spec),
+                                                    source.max_record_bytes)
     dead_sink = _deadletter_sink(config, sink) if (source.dead_letters is not None or refuses) else None
     checkpoint = config.checkpoint  # a sink that needs one has one: JobConfig
     connect = is_connect(spark)
@@ -163,7 +170,8 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     trigger_ms = to_ms(config.trigger)  # checked by JobConfig
     ck = checkpoint or tempfile.mkdtemp(prefix="sparkstate-checkpoint-")  # console and memory sinks only
     name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
-    return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms)
+    return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms,
+                one_read)
 
 
 def _tee(spark: "SparkSession", job: _Job) -> JobTee:
@@ -255,7 +263,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     # Every check passed: from here on things are written.
     records = _kafka_records(spark, job)
     tee = _tee(spark, job) if records is None else None
-    write_marker(config, spark)
+    write_marker(config, spark, one_read=job.one_read)
     owed = None if job.own_checkpoint else _queue_owed_batch(spark, job.checkpoint, what)
     listener = MetricsListener(config.metrics, on_batch,
                                tee.counted_of if tee is not None and tee.counts is not None else None)

@@ -6,9 +6,10 @@ tested without Spark. The numbers come from these places of the report:
 ===========================  ================================================================
 field                        from
 ===========================  ================================================================
-``rows_in``                  the records read: the ``rows`` of :data:`INPUT_OBSERVATION` (good
-                             records) plus the parse dead letters, when the job observes them
-                             (its one query scans the source twice, which doubles
+``rows_in``                  the records read: the ``rows`` of :data:`INPUT_OBSERVATION` (what
+                             the pipeline is given: the good records, or every record when it
+                             refuses malformed ones itself) plus the parse dead letters read
+                             beside it (a second scan of the source, which doubles
                              ``numInputRows``); else ``numInputRows``
 ``input_rows_per_s``         ``inputRowsPerSecond`` (``None`` when Spark omits it), scaled to ``rows_in``
 ``processed_rows_per_s``     ``processedRowsPerSecond``, scaled alike

@@ -71,6 +71,7 @@ def sessionize(
     emit_on_last: bool = False,
     initial_state: DataFrame | None = None,
     event_time_column: str | None = None,
+    reason: str | None = None,
 ) -> DataFrame:
     """One row per finished session of each ``key``: ``key, session_start, session_end,
     event_count, events, closed_by``.
@@ -129,6 +130,13 @@ def sessionize(
     whose clock runs ahead moves the watermark to its future time: every other key's open
     session times out at once and all their later events are late.
 
+    ``reason`` (event time, ``late="emit"``): a string column saying why a row was already
+    refused (e.g. by a parser: a missing field, a wrong type), null on a good row. A row with a
+    reason comes out refused with that text as its ``reason``: it joins no session, changes no
+    state and does not move the watermark; good rows are unaffected. ``sparkstate run`` passes
+    the parse's reasons this way, so that its query reads each record once. The watermark is
+    then sessionize's own (no ``withWatermark`` on the input).
+
     ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
     this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`). A
     checkpoint of an earlier sparkstate, whose state held one open session per key, restarts:
@@ -164,9 +172,9 @@ def sessionize(
     require_dataframe(events, "sessionize")
     mode, gap_ms, watermark_ms = _check_settings(time_mode, gap, watermark)
     emit, carry, skew_ms = _check_columns(events, key, timestamp, data, last_flag, mode, late, carry,
-                                          max_future_skew, emit_on_last, event_time_column)
+                                          max_future_skew, emit_on_last, event_time_column, reason)
     df = _operator_input(events, key, timestamp, data, last_flag, mode, emit, carry, skew_ms, max_future_skew,
-                         watermark_ms)
+                         watermark_ms, reason)
     func = Sessionizer(gap_ms, mode, events.isStreaming, timestamp is not None, emit, len(carry),
                        bool(emit_on_last), event_time_column is not None)
     output_type = _output_type(events, key, timestamp, data, last_flag, emit, carry, event_time_column, gap_ms)
@@ -208,7 +216,8 @@ def _check_settings(time_mode: Any, gap: Duration, watermark: Duration) -> tuple
 
 def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
                    mode: TimeMode, late: Any, carry: Sequence[str] | str, max_future_skew: Duration | None,
-                   emit_on_last: bool, event_time_column: str | None) -> tuple[bool, list[str], int | None]:
+                   emit_on_last: bool, event_time_column: str | None,
+                   reason: str | None) -> tuple[bool, list[str], int | None]:
     """The columns and the options that depend on them, checked: (emit, carry columns, max future skew ms)."""
     _check_column(events, key, "key")
     _check_column(events, data, "data")
@@ -256,31 +265,45 @@ def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str
         if events.isStreaming and has_watermark(events):
             raise ConfigError("sessionize: max_future_skew must keep far-future rows out of the watermark, but the input"
                               " already has one; let sessionize define it (pass watermark=..., no withWatermark)")
+    if reason is not None:
+        _check_column(events, reason, "reason", (StringType,), "string")
+        if mode != "event" or not emit:
+            # In processing time a refused row would restart its key's timeout.
+            raise ConfigError("sessionize: reason= applies to time_mode='event' with late='emit' (the rows it names"
+                              " come out refused, with their reason)")
+        if reason in taken or reason in carry:
+            raise ConfigError(f"sessionize: reason column {reason!r} is already a column sessionize uses; name another")
+        if events.isStreaming and has_watermark(events):
+            raise ConfigError("sessionize: reason= must keep refused rows out of the watermark, but the input already"
+                              " has one; let sessionize define it (pass watermark=..., no withWatermark)")
     return emit, carry, skew_ms
 
 
 def _operator_input(events: DataFrame, key: str, timestamp: str | None, data: str, last_flag: str | None,
                     mode: TimeMode, emit: bool, carry: list[str], skew_ms: int | None,
-                    max_future_skew: Duration | None, watermark_ms: int) -> DataFrame:
+                    max_future_skew: Duration | None, watermark_ms: int, reason: str | None) -> DataFrame:
     """The rows the group function gets: ``(key, timestamp, data, last_flag)``, then with ``emit`` the
-    reject reason, the carried columns and the (null) column carrying the watermark."""
+    reject reason (``reason``'s, else ``max_future_skew``'s), the carried columns and the (null)
+    column carrying the watermark."""
     df = events
     ts = F.col(timestamp) if timestamp is not None else None
-    reject = F.lit(None).cast("string")
+    given = F.col(reason) if reason is not None else None
+    reject = given if given is not None else F.lit(None).cast("string")
     if skew_ms is not None:
         assert ts is not None, "max_future_skew is event time's, which has a timestamp column (checked before)"
         fmt = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
         now = F.current_timestamp()  # in a stream: the micro-batch's time, the same again on a replay
-        reject = F.when(ts > now + F.expr(f"INTERVAL {skew_ms} MILLISECONDS"), F.concat(
+        future = F.when(ts > now + F.expr(f"INTERVAL {skew_ms} MILLISECONDS"), F.concat(
             F.lit("future: event_time "), F.date_format(ts, fmt),
             F.lit(f" is more than {max_future_skew} ahead of the processing time "), F.date_format(now, fmt)))
+        reject = future if given is None else F.coalesce(given, future)
         df = df.withColumn(_REJECT, reject)
         reject = F.col(_REJECT)
     delay_ms = watermark_ms
     if mode == "event":
         assert timestamp is not None and ts is not None, "event time has a timestamp column (checked before)"
         if df.isStreaming and not has_watermark(df):
-            if skew_ms is not None:  # the watermark follows only the rows that may join sessions
+            if skew_ms is not None or given is not None:  # the watermark follows only the rows that may join sessions
                 df = df.withColumn(_WATERMARK_TIME, F.when(reject.isNull(), ts))
                 df = df.withWatermark(_WATERMARK_TIME, f"{watermark_ms} milliseconds")
             else:
