@@ -223,12 +223,15 @@ def test_event_time_refuses_malformed_records_in_its_one_read_of_the_input(spark
     the pipeline refuses the malformed ones: the query reads each input file once. A
     processing-time job reads the dead letters beside the pipeline (a second read). The dead
     letters are the same either way, byte for byte: a huge record's head, invalid UTF-8 replaced
-    in ``raw`` and exact in ``raw_bytes``."""
+    in ``raw`` and exact in ``raw_bytes``, also in a late event (the pipeline carries the record's
+    bytes: as a string, Python could not take them)."""
     events = generate_events(80, users=4, seed=13)
     broken = b'\xff\xfe{"user_id": "user-000", oops'
+    late = Event("user-009", events[0].event_time - timedelta(hours=1), "/cafX").to_json().encode().replace(
+        b"/cafX", b"/caf\xe9")  # a byte that is not UTF-8, in a record that parses
     lines = [e.to_json().encode() for e in events[:40]] + [m.encode() for m, _ in MALFORMED] + [HUGE.encode(), broken]
     (tmp_path / "in").mkdir()
-    for i, chunk in enumerate((lines, [e.to_json().encode() for e in events[40:]])):
+    for i, chunk in enumerate((lines, [e.to_json().encode() for e in events[40:]] + [late])):
         path = tmp_path / "in" / f"part-{i:05d}.json"
         path.write_bytes(b"".join(line + b"\n" for line in chunk))
         os.utime(path, (time.time() - 10 + i, time.time() - 10 + i))
@@ -250,6 +253,11 @@ def test_event_time_refuses_malformed_records_in_its_one_read_of_the_input(spark
         dead[mode] = Counter((r.raw, bytes(r.raw_bytes), r.reason, Path(r.source).name)
                              for r in _dead(spark, out / "_deadletter"))
     assert scans == {"event": {1}, "processing": {2}}
+    # processing time has no late events: the late one joined a session there
+    late_letters = [k for k in dead["event"] if k[2].startswith("late: ")]
+    assert len(late_letters) == 1 and dead["event"][late_letters[0]] == 1
+    assert late_letters[0][:2] == (late.decode("utf-8", "replace"), late) and late_letters[0][3] == "part-00001.json"
+    del dead["event"][late_letters[0]]
     assert dead["event"] == dead["processing"]
     assert sum(dead["event"].values()) == len(MALFORMED) + 2
     assert Counter(reason for (_, _, reason, _), n in dead["event"].items() for _ in range(n)) == Counter(
