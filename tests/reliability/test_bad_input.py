@@ -270,6 +270,15 @@ def test_event_time_refuses_malformed_records_in_its_one_read_of_the_input(spark
     assert ("\ufffd\ufffd" + broken[2:].decode(), broken, "not valid JSON", "part-00000.json") in dead["event"]
     huge = next(v for k, v in got.items() if k.startswith("record is"))
     assert huge == (HUGE[:1024] + "... [truncated]", HUGE.encode())
+    # The standard tools read them back: valid text in raw, the exact bytes in raw_bytes.
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    frame = pd.read_parquet(tmp_path / "event" / "out" / "_deadletter")
+    table = pq.read_table(tmp_path / "event" / "out" / "_deadletter")
+    assert len(frame) == table.num_rows == len(MALFORMED) + 3
+    assert broken in set(frame["raw_bytes"]) and late in set(table.column("raw_bytes").to_pylist())
+    assert late.decode("utf-8", "replace") in set(frame["raw"])
 
 
 def test_a_checkpoint_of_a_query_that_read_its_input_twice_goes_on_reading_it_twice(spark, tmp_path, capsys,
