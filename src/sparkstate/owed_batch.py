@@ -111,7 +111,7 @@ def planned_sources(checkpoint: str | os.PathLike, spark: "SparkSession | None" 
     >>> planned_sources(ck) is None
     True
     >>> os.mkdir(f"{ck}/offsets")
-    >>> _ = open(f"{ck}/offsets/0", "w").write('v1\n{"batchWatermarkMs":0}\n{"logOffset":0}\n{"logOffset":0}')
+    >>> _ = open(f"{ck}/offsets/0", "w").write('v1\\n{"batchWatermarkMs":0}\\n{"logOffset":0}\\n{"logOffset":0}')
     >>> planned_sources(ck)
     2
     """
