@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -35,8 +35,9 @@ from ..durations import instant_ms, utc
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
 from ..engines import Engine
-from ..operators import map_groups_with_state
+from ..operators import flat_map_groups_with_state, map_groups_with_state
 from .checks import check_column, require_dataframe
+from .refusals import RefusingGroups, refusal_columns, rejected_field
 
 NAME = "first_last_activity"
 
@@ -101,7 +102,7 @@ class _FirstLast:
 def first_last_activity(
     events: DataFrame, key: str = "user", timestamp: str = "timestamp", activity: str = "activity",
     engine: str | Engine | None = None, checkpoint: str | os.PathLike | None = None,
-    initial_state: DataFrame | None = None,
+    initial_state: DataFrame | None = None, reason: str | None = None, carry: Sequence[str] = (),
 ) -> DataFrame:
     """Per ``key``, its current activity and when it started and was last seen (seed 001).
 
@@ -118,6 +119,12 @@ def first_last_activity(
     ``initial_state``: the state to start from on a new checkpoint, as
     :func:`sparkstate.state.export` writes it from another query's checkpoint (the key column
     and the :class:`ActivitySpan` fields ``activity``, ``start``, ``end``).
+
+    ``reason``: a string column saying why an event was already refused (e.g. by a parser), null
+    on a good one. An event with a reason changes no span: it comes out as a row of its own,
+    ``activity``, ``start`` and ``end`` null, whose column ``rejected`` (null on spans) holds
+    ``reason`` and the ``carry`` columns (:mod:`sparkstate.pipelines.refusals`). ``sparkstate run``
+    passes the parse's reasons this way.
 
     >>> import sparkstate as ss
     >>> from datetime import datetime
@@ -147,17 +154,21 @@ def first_last_activity(
             f"{NAME}: the output has columns activity, start and end beside the key, so the key column"
             f" cannot be called {key!r}; rename it first, e.g. events.withColumnRenamed({key!r}, 'user')"
         )
-    df = events.select(F.col(key), F.col(timestamp), F.col(activity).cast("string"))
+    carry = refusal_columns(events, NAME, reason, carry, (key, timestamp, activity))
+    refusal = [F.col(reason), *map(F.col, carry)] if reason is not None else []
+    df = events.select(F.col(key), F.col(timestamp), F.col(activity).cast("string"), *refusal)
     output = StructType([
         StructField(key, events.schema[key].dataType, True),
         StructField("activity", StringType(), True),
         StructField("start", TimestampType(), True),
         StructField("end", TimestampType(), True),
     ])
-    return map_groups_with_state(
-        df, key=key, func=_FirstLast(), state_type=ActivitySpan, output_type=output,
-        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine, checkpoint=checkpoint,
-        initial_state=initial_state,
-    )
+    settings: dict[str, Any] = dict(key=key, state_type=ActivitySpan, timeout=GroupStateTimeout.NoTimeout,
+                                    output_mode="update", engine=engine, checkpoint=checkpoint,
+                                    initial_state=initial_state)
+    if reason is None:
+        return map_groups_with_state(df, func=_FirstLast(), output_type=output, **settings)
+    output.add(rejected_field(events, carry))
+    return flat_map_groups_with_state(df, func=RefusingGroups(_FirstLast(), 3, 4), output_type=output, **settings)
 
 __all__ = ["ActivitySpan", "apply_event", "first_last_activity"]

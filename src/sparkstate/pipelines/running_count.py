@@ -15,7 +15,7 @@ rows is the same in any order and any micro-batch split. Which intermediate tota
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StructField, StructType
@@ -23,8 +23,9 @@ from pyspark.sql.types import LongType, StructField, StructType
 from ..errors import ConfigError
 from ..group_state import GroupState, GroupStateTimeout
 from ..engines import Engine
-from ..operators import map_groups_with_state
+from ..operators import flat_map_groups_with_state, map_groups_with_state
 from .checks import check_column, require_dataframe
+from .refusals import RefusingGroups, refusal_columns, rejected_field
 
 NAME = "running_count"
 
@@ -41,7 +42,8 @@ class _Count:
 
 
 def running_count(df: DataFrame, key: str = "word", engine: str | Engine | None = None,
-                  checkpoint: str | os.PathLike | None = None, initial_state: DataFrame | None = None) -> DataFrame:
+                  checkpoint: str | os.PathLike | None = None, initial_state: DataFrame | None = None,
+                  reason: str | None = None, carry: Sequence[str] = ()) -> DataFrame:
     """``key, count``: how many rows each ``key`` has had so far, after every micro-batch.
 
     One row per key and micro-batch in which the key had rows (output mode update); keys
@@ -53,6 +55,11 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine | None 
     ``initial_state``: the state to start from on a new checkpoint, as
     :func:`sparkstate.state.export` writes it from another query's checkpoint (the key column
     and ``value``, the count).
+
+    ``reason``: a string column saying why a row was already refused (e.g. by a parser), null on a
+    good row. A row with a reason is not counted: it comes out as a row of its own, ``count``
+    null, whose column ``rejected`` (null on counts) holds ``reason`` and the ``carry`` columns
+    (:mod:`sparkstate.pipelines.refusals`). ``sparkstate run`` passes the parse's reasons this way.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -67,15 +74,18 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine | None 
             f"{NAME}: the output has a column count beside the key, so the key column cannot be called"
             " 'count'; rename it first, e.g. df.withColumnRenamed('count', 'word')"
         )
+    carry = refusal_columns(df, NAME, reason, carry, (key,))
     output = StructType([
         StructField(key, df.schema[key].dataType, True),
         StructField("count", LongType(), True),
     ])
-    return map_groups_with_state(
-        df.select(key), key=key, func=_Count(), state_type=int, output_type=output,
-        timeout=GroupStateTimeout.NoTimeout, output_mode="update", engine=engine, checkpoint=checkpoint,
-        initial_state=initial_state,
-    )
+    settings: dict[str, Any] = dict(key=key, state_type=int, timeout=GroupStateTimeout.NoTimeout, output_mode="update",
+                                    engine=engine, checkpoint=checkpoint, initial_state=initial_state)
+    if reason is None:
+        return map_groups_with_state(df.select(key), func=_Count(), output_type=output, **settings)
+    output.add(rejected_field(df, carry))
+    return flat_map_groups_with_state(df.select(key, reason, *carry), func=RefusingGroups(_Count(), 1, 2),
+                                      output_type=output, **settings)
 
 
 __all__ = ["running_count"]

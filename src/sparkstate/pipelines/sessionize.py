@@ -30,16 +30,13 @@ from ..engines.base import NULL_WATERMARK_COLUMN, WATERMARK_DELAY_KEY, has_water
 from ..compile import compile_plan
 from .checks import check_column, require_dataframe
 from .columnar_sessionizer import SessionLogic
+from .refusals import REJECTED, check_carry, check_reason, rejected_field
 from .sessionizer import LATE_PREFIX, REASON, OpenSession, SessionRow, Sessionizer, TimeMode, iso_ms
 
 TIME_MODES = ("event", "processing")
 Late = Literal["drop", "emit"]
 LATE_MODES = ("drop", "emit")
 
-#: The output column (``late="emit"``) holding a record sessionize refused, with its reason; null
-#: on session rows. Its fields: ``reason``, then the input's timestamp, data and last-flag
-#: columns (by their names), then the ``carry`` columns.
-REJECTED = "rejected"
 # Internal columns of the operator's input.
 _REJECT = "_sparkstate_reject"
 _WATERMARK_TIME = "_sparkstate_watermark_time"
@@ -245,14 +242,10 @@ def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str
         raise ConfigError(f"sessionize: late must be 'drop' (Spark drops late rows) or 'emit' (they come out with"
                           f" a reason in the column {REJECTED!r}), got {late!r}")
     emit = late == "emit"
-    carry = [carry] if isinstance(carry, str) else list(carry)
+    taken = {key, timestamp, data, last_flag}
+    carry = check_carry(events, "sessionize", carry, taken)
     if carry and not emit:
         raise ConfigError("sessionize: carry= copies columns into refused rows, which only late='emit' outputs")
-    taken = {key, timestamp, data, last_flag}
-    for c in carry:
-        _check_column(events, c, "carry")
-        if c in taken or c == "reason":
-            raise ConfigError(f"sessionize: carry column {c!r} is already a column sessionize uses; name others")
     skew_ms = None
     if max_future_skew is not None:
         try:
@@ -266,13 +259,11 @@ def _check_columns(events: DataFrame, key: str, timestamp: str | None, data: str
             raise ConfigError("sessionize: max_future_skew must keep far-future rows out of the watermark, but the input"
                               " already has one; let sessionize define it (pass watermark=..., no withWatermark)")
     if reason is not None:
-        _check_column(events, reason, "reason", (StringType,), "string")
+        check_reason(events, "sessionize", reason, taken | set(carry))
         if mode != "event" or not emit:
             # In processing time a refused row would restart its key's timeout.
             raise ConfigError("sessionize: reason= applies to time_mode='event' with late='emit' (the rows it names"
                               " come out refused, with their reason)")
-        if reason in taken or reason in carry:
-            raise ConfigError(f"sessionize: reason column {reason!r} is already a column sessionize uses; name another")
         if events.isStreaming and has_watermark(events):
             raise ConfigError("sessionize: reason= must keep refused rows out of the watermark, but the input already"
                               " has one; let sessionize define it (pass watermark=..., no withWatermark)")
@@ -348,12 +339,9 @@ def _output_type(events: DataFrame, key: str, timestamp: str | None, data: str, 
         StructField("closed_by", StringType(), True),
     ]
     if emit:
-        record = [StructField("reason", StringType(), True),
-                  StructField(timestamp or "event_time", TimestampType(), True),
-                  StructField(data, StringType(), True),
-                  StructField(last_flag or "is_last", BooleanType(), True)]
-        record += [StructField(c, events.schema[c].dataType, True) for c in carry]
-        fields.append(StructField(REJECTED, StructType(record), True))
+        fields.append(rejected_field(events, carry, (StructField(timestamp or "event_time", TimestampType(), True),
+                                                     StructField(data, StringType(), True),
+                                                     StructField(last_flag or "is_last", BooleanType(), True))))
     if event_time_column is not None:
         fields.insert(6, StructField(event_time_column, TimestampType(), True,
                                      metadata={END_OFFSET_KEY: gap_ms + 1}))

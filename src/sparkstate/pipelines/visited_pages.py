@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -27,6 +27,7 @@ from ..engines import Engine
 from ..operators import map_with_state
 from ..spec import StateSpec
 from .checks import check_column, require_dataframe
+from .refusals import RefusingRecords, refusal_columns, rejected_field
 
 NAME = "visited_pages"
 
@@ -81,6 +82,7 @@ def _initial(initial_state: Any, visits: DataFrame, key: str) -> DataFrame:
 def visited_pages(
     visits: DataFrame, key: str = "user_id", page: str = "page", initial_state: DataFrame | None = None,
     engine: str | Engine | None = None, checkpoint: str | os.PathLike | None = None,
+    reason: str | None = None, carry: Sequence[str] = (),
 ) -> DataFrame:
     """``key, visited_pages``: after every visit, the list of pages its user visited so far.
 
@@ -92,6 +94,12 @@ def visited_pages(
 
     ``checkpoint``: the query's checkpoint; when it holds state, the state is checked against
     this pipeline's before the query starts (:class:`~sparkstate.errors.StateSchemaError`).
+
+    ``reason``: a string column saying why a visit was already refused (e.g. by a parser), null
+    on a good one. A visit with a reason changes no list: it comes out as a row of its own,
+    ``visited_pages`` null, whose column ``rejected`` (null on lists) holds ``reason`` and the
+    ``carry`` columns (:mod:`sparkstate.pipelines.refusals`). ``sparkstate run`` passes the
+    parse's reasons this way.
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
@@ -112,15 +120,22 @@ def visited_pages(
         )
     if key == page:
         raise ConfigError(f"{NAME}: key and page must be two different columns, both are {key!r}")
-    spec = StateSpec.function(_TrackVisit())
-    if initial_state is not None:
-        spec = spec.initial_state(_initial(initial_state, visits, key))
-    df = visits.where(F.col(page).isNotNull()).select(F.col(key), F.col(page).cast("string").alias(page))
+    carry = refusal_columns(visits, NAME, reason, carry, (key, page))
     output = StructType([
         StructField(key, visits.schema[key].dataType, True),
         StructField(PAGES_COLUMN, ArrayType(StringType(), True), True),
     ])
-    return map_with_state(df, key=key, value=page, spec=spec, state_type=VisitedPages, output_type=output,
+    kept = F.col(page).isNotNull()
+    if reason is None:
+        spec, value, refusal = StateSpec.function(_TrackVisit()), page, []
+    else:  # whole records (key, page, reason, carry...): a refused one never reaches _TrackVisit
+        spec, value, refusal = StateSpec.function(RefusingRecords(_TrackVisit(), 1, 2, 2)), None, [reason, *carry]
+        kept = kept | F.col(reason).isNotNull()
+        output.add(rejected_field(visits, carry))
+    if initial_state is not None:
+        spec = spec.initial_state(_initial(initial_state, visits, key))
+    df = visits.where(kept).select(F.col(key), F.col(page).cast("string").alias(page), *map(F.col, refusal))
+    return map_with_state(df, key=key, value=value, spec=spec, state_type=VisitedPages, output_type=output,
                           engine=engine, checkpoint=checkpoint)
 
 
