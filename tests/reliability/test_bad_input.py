@@ -644,7 +644,7 @@ def test_a_checkpoint_of_another_pipeline_or_state_that_no_longer_fits_is_refuse
                         "--checkpoint", str(ck), "--once")
     assert code == 0, err
     before, counts_before = _tree(ck), _tree(counts)
-    assert json.loads((ck / "_sparkstate_job.json").read_text()) == {"pipeline": "running-count"}
+    assert json.loads((ck / "_sparkstate_job.json").read_text()) == {"pipeline": "running-count", "one_read": True}
 
     # Another pipeline on this checkpoint.
     sessions = tmp_path / "sessions"
