@@ -113,7 +113,10 @@ def test_visited_pages_lists_only_visits_without_a_reason(spark, tmp_path):
     ],
 )
 def test_reason_and_carry_are_checked_when_defined(spark, kwargs, message):
-    df = spark.createDataFrame([], f"word string, {WHY}, n int")
+    df = spark.createDataFrame([], f"word string, {WHY}, n int, rejected string")
     with pytest.raises(ConfigError) as err:
         running_count(df, **kwargs)
     assert message in str(err.value)
+    with pytest.raises(ConfigError, match="the key column cannot be called 'rejected'"):
+        running_count(df, key="rejected", reason="why")
+    assert running_count(df, key="rejected").columns == ["rejected", "count"]  # no reason=, no such column

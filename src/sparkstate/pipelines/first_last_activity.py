@@ -154,7 +154,7 @@ def first_last_activity(
             f"{NAME}: the output has columns activity, start and end beside the key, so the key column"
             f" cannot be called {key!r}; rename it first, e.g. events.withColumnRenamed({key!r}, 'user')"
         )
-    carry = refusal_columns(events, NAME, reason, carry, (key, timestamp, activity))
+    carry = refusal_columns(events, NAME, reason, carry, key, (timestamp, activity))
     refusal = [F.col(reason), *map(F.col, carry)] if reason is not None else []
     df = events.select(F.col(key), F.col(timestamp), F.col(activity).cast("string"), *refusal)
     output = StructType([

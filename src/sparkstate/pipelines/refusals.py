@@ -51,10 +51,11 @@ def check_reason(df: DataFrame, pipeline: str, reason: str, taken: Iterable[Any]
         raise ConfigError(f"{pipeline}: reason column {reason!r} is already a column {pipeline} uses; name another")
 
 
-def refusal_columns(df: DataFrame, pipeline: str, reason: str | None, carry: Sequence[str] | str,
-                    taken: Iterable[Any]) -> list[str]:
-    """The checked ``carry`` columns of an update-mode pipeline: they come out only with ``reason``."""
-    taken = set(taken)
+def refusal_columns(df: DataFrame, pipeline: str, reason: str | None, carry: Sequence[str] | str, key: str,
+                    others: Iterable[str] = ()) -> list[str]:
+    """The checked ``carry`` columns of an update-mode pipeline, whose output is ``key`` and its own
+    columns, then :data:`REJECTED` with ``reason``; ``others``: its other input columns."""
+    taken = {key, *others}
     carry = check_carry(df, pipeline, carry, taken)
     if reason is None:
         if carry:
@@ -62,6 +63,9 @@ def refusal_columns(df: DataFrame, pipeline: str, reason: str | None, carry: Seq
                               " (pass reason=<column saying why a row is refused>)")
         return carry
     check_reason(df, pipeline, reason, taken | set(carry))
+    if key == REJECTED:
+        raise ConfigError(f"{pipeline}: with reason= the output has a column {REJECTED} beside the key, so the key"
+                          f" column cannot be called {REJECTED!r}; rename it first")
     return carry
 
 

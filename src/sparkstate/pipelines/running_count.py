@@ -74,7 +74,7 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine | None 
             f"{NAME}: the output has a column count beside the key, so the key column cannot be called"
             " 'count'; rename it first, e.g. df.withColumnRenamed('count', 'word')"
         )
-    carry = refusal_columns(df, NAME, reason, carry, (key,))
+    carry = refusal_columns(df, NAME, reason, carry, key)
     output = StructType([
         StructField(key, df.schema[key].dataType, True),
         StructField("count", LongType(), True),

@@ -120,7 +120,7 @@ def visited_pages(
         )
     if key == page:
         raise ConfigError(f"{NAME}: key and page must be two different columns, both are {key!r}")
-    carry = refusal_columns(visits, NAME, reason, carry, (key, page))
+    carry = refusal_columns(visits, NAME, reason, carry, key, (page,))
     output = StructType([
         StructField(key, visits.schema[key].dataType, True),
         StructField(PAGES_COLUMN, ArrayType(StringType(), True), True),
