@@ -150,6 +150,31 @@ def test_hostile_kafka_records_into_kafka_dead_letters(kafka_spark, kafka_broker
     check_counts(counts, sent, dead)
 
 
+def test_event_time_sessionize_refuses_hostile_kafka_records_in_its_one_read(kafka_spark, kafka_broker, tmp_path):
+    """Kafka -> event-time sessionize, which reads the topic once and refuses the malformed records
+    itself: a record without a value (a tombstone) is a dead letter whose ``raw`` and ``raw_bytes``
+    are null, as the parse writes one; the others carry their exact bytes."""
+    from sparkstate.jobs.marker import JOB_MARKER, ONE_READ
+    from sparkstate.synthetic import generate_events
+
+    events = generate_events(12, users=3, seed=5)
+    records = [Hostile("event", e.to_json().encode(), "good") for e in events]
+    records[4:4] = [Hostile("null value", None, "dead"), Hostile("not utf-8", b"\xff\xfe{not text", "dead"),
+                    Hostile("no user", b'{"event_time": "2024-01-01T00:00:00Z", "data": "x", "is_last": false}', "dead")]
+    topic = f"hostile-sessions-{uuid.uuid4().hex[:8]}"
+    sent = _produce(kafka_broker, topic, records)
+    out, ck = tmp_path / "sessions", tmp_path / "ck"
+    result = run_pipeline(kafka_spark, JobConfig(
+        "sessionize", source=f"kafka:{kafka_broker.bootstrap}/{topic}", sink=f"parquet:{out}", checkpoint=str(ck),
+        trigger="200 milliseconds", once=True, options={"startingOffsets": "earliest"}))
+    assert json.loads((ck / JOB_MARKER).read_text())[ONE_READ] is True
+    assert result.input_rows == len(records)
+    rows = _read_parquet_everywhere(out / "_deadletter")
+    assert result.dead_letters == len(rows) == 3
+    check_dead_letters(rows, sent)
+    assert [(r["raw"], r["raw_bytes"]) for r in rows if r["reason"] == "empty record"] == [(None, None)]
+
+
 @pytest.mark.timeout(900)
 def test_hostile_kafka_records_into_postgres(kafka_spark, kafka_broker, postgres_server, tmp_path):
     """Kafka -> running-count -> postgres, dead letters to postgres: NULs and invalid bytes fail no batch;
