@@ -194,7 +194,7 @@ def read_path(point_reads: int | None, bytes_scanned: int | None) -> str | None:
 
 def backlog(progress: Mapping[str, Any]) -> int | None:
     """Records the sources held beyond the batch's end offsets (the largest over the sources: a job
-    whose checkpoint read its one source twice, for its records and its dead letters, has two).
+    may read its one source twice, for its records and its dead letters).
 
     >>> backlog({"sources": [{"endOffset": {"index": 500}, "latestOffset": {"index": 2500}}]})
     2000

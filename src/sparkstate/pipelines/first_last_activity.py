@@ -123,8 +123,7 @@ def first_last_activity(
     ``reason``: a string column saying why an event was already refused (e.g. by a parser), null
     on a good one. An event with a reason changes no span: it comes out as a row of its own,
     ``activity``, ``start`` and ``end`` null, whose column ``rejected`` (null on spans) holds
-    ``reason`` and the ``carry`` columns (:mod:`sparkstate.pipelines.refusals`). ``sparkstate run``
-    passes the parse's reasons this way.
+    ``reason`` and the ``carry`` columns (:mod:`sparkstate.pipelines.refusals`).
 
     >>> import sparkstate as ss
     >>> from datetime import datetime

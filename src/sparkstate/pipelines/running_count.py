@@ -59,7 +59,7 @@ def running_count(df: DataFrame, key: str = "word", engine: str | Engine | None 
     ``reason``: a string column saying why a row was already refused (e.g. by a parser), null on a
     good row. A row with a reason is not counted: it comes out as a row of its own, ``count``
     null, whose column ``rejected`` (null on counts) holds ``reason`` and the ``carry`` columns
-    (:mod:`sparkstate.pipelines.refusals`). ``sparkstate run`` passes the parse's reasons this way.
+    (:mod:`sparkstate.pipelines.refusals`).
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()

@@ -98,8 +98,7 @@ def visited_pages(
     ``reason``: a string column saying why a visit was already refused (e.g. by a parser), null
     on a good one. A visit with a reason changes no list: it comes out as a row of its own,
     ``visited_pages`` null, whose column ``rejected`` (null on lists) holds ``reason`` and the
-    ``carry`` columns (:mod:`sparkstate.pipelines.refusals`). ``sparkstate run`` passes the
-    parse's reasons this way.
+    ``carry`` columns (:mod:`sparkstate.pipelines.refusals`).
 
     >>> import sparkstate as ss
     >>> spark = ss.spark_session()
