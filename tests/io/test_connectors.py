@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from sparkstate.cli import build_parser
@@ -21,6 +24,18 @@ def test_the_connector_comes_from_the_one_table_of_supported_versions():
     assert connectors.kafka_coordinates("4.0.5") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
     assert sorted(connectors.PYSPARK_VERSIONS) == ["3.5", "4.0", "4.1", "4.2", "4.3"]
     assert sorted(connectors.MATRIX_PYSPARK) == ["3.5", "4.0", "4.1", "4.2"]
+
+
+def test_the_documented_command_runs_without_a_warning(tmp_path):
+    """`python -m sparkstate.io.connectors` (README, install.md) runs its code once: Python warned
+    when the module it ran was one `sparkstate.io` had already imported."""
+    done = subprocess.run([sys.executable, "-m", "sparkstate.io.connectors", "coordinates"], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[0] == f"spark-kafka: {connectors.kafka_coordinates()}"
+    usage = subprocess.run([sys.executable, "-m", "sparkstate.io.connectors"], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: python -m sparkstate.io.connectors fetch")
 
 
 def test_the_missing_connector_error_says_which_connector_goes_with_4_3():

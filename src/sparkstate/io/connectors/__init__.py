@@ -42,8 +42,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..paths import cache_dir
+from ...errors import ConfigError
+from ...paths import cache_dir
 
 SCALA = "2.13"
 #: Spark's Kafka connector for Scala :data:`SCALA`, without its version (:func:`kafka_coordinates`
@@ -312,7 +312,7 @@ def kafka_connector_available(spark) -> bool | None:
 
 def class_available(spark, name: str) -> bool | None:
     """Whether the class ``name`` is on the driver's classpath (``None``: cannot tell, e.g. Spark Connect)."""
-    from ..spark import is_connect
+    from ...spark import is_connect
 
     jvm = None if is_connect(spark) else getattr(spark, "_jvm", None)
     if jvm is None:
@@ -395,7 +395,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
