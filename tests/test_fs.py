@@ -97,3 +97,17 @@ def test_remote_checks_are_made_not_skipped(spark, s3_bucket):
     with pytest.raises(ConfigError, match="already holds output of another query"):
         check_sink_paths(parse_sink(f"parquet:{out}"), new_ck, "append", spark=spark)
     check_sink_paths(parse_sink(f"parquet:{out}"), ck, "append", spark=spark)  # its own checkpoint: fine
+
+
+def test_server_files_reads_a_directory_through_the_sessions_file_source(spark, tmp_path):
+    """What a Connect client gets from the server where it cannot reach a store: each file's text
+    by name; names Spark's file sources skip (``_``, ``.``) are not there; a missing directory is
+    empty. Run here on the classic session, whose file source is the server's."""
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text("v1\n{}\n{\"logOffset\":0}")
+    (tmp_path / "offsets" / "1").write_text("v1\n{}\ncaf\u00e9")
+    (tmp_path / "offsets" / ".1.crc").write_bytes(b"\x00\xff")
+    (tmp_path / "offsets" / "_marker.json").write_text("{}")
+    assert fs.server_files(tmp_path / "offsets", spark) == {"0": "v1\n{}\n{\"logOffset\":0}",
+                                                            "1": "v1\n{}\ncaf\u00e9"}
+    assert fs.server_files(tmp_path / "nothing", spark) == {}

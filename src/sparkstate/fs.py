@@ -11,6 +11,10 @@ need on a user's path, whatever its scheme:
 - without a JVM (Spark Connect, or no session): ``pyarrow.fs``, configured for ``s3a://``
   from the session's ``spark.hadoop.fs.s3a.*`` settings when it can read them.
 
+Over Spark Connect, :func:`server_files` reads the files of a directory through the server's
+own file source, which reaches whatever the server's Hadoop configuration reaches: the way to a
+store this process cannot reach, for the small logs a checkpoint keeps.
+
 A remote path is never skipped silently: when no way to reach it exists, :class:`FsUnavailable`
 says so, and callers that only check (the Connect client) log that the check was not made.
 
@@ -427,5 +431,31 @@ def total_bytes(path: str | os.PathLike, spark: "SparkSession | None" = None) ->
     return int(_call(path, spark, "total_bytes"))
 
 
-__all__ = ["FsUnavailable", "delete", "exists", "is_dir", "is_local", "join", "list_names", "read_text", "rename",
-           "s3_settings", "storage_options", "total_bytes", "write_text"]
+def is_path_not_found(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by Spark resolving a file source, says its path does not exist."""
+    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)  # 4.0+ / 3.5
+    try:
+        name = condition() if callable(condition) else None
+    except Exception:
+        name = None
+    return name == "PATH_NOT_FOUND" or "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc)
+
+
+def server_files(directory: str | os.PathLike, spark: "SparkSession") -> dict[str, str]:
+    """The files directly in ``directory``, name -> text (UTF-8), read by the session's own file
+    source (``binaryFile``): over Spark Connect the server reads them, so this reaches whatever the
+    server reaches (``dbfs:/``, ``abfss://``, ``hdfs://``, a ``viewfs://`` mount) where this process
+    reaches nothing (:class:`FsUnavailable`). For small files (a checkpoint's logs): each is read
+    whole. Spark's file sources never see names that begin with ``_`` or ``.``; ``{}`` when
+    ``directory`` does not exist."""
+    try:
+        rows = spark.read.format("binaryFile").load(os.fspath(directory)).select("path", "content").collect()
+    except Exception as exc:
+        if is_path_not_found(exc):
+            return {}
+        raise
+    return {str(r["path"]).rstrip("/").rsplit("/", 1)[-1]: bytes(r["content"]).decode("utf-8") for r in rows}
+
+
+__all__ = ["FsUnavailable", "delete", "exists", "is_dir", "is_local", "is_path_not_found", "join", "list_names",
+           "read_text", "rename", "s3_settings", "server_files", "storage_options", "total_bytes", "write_text"]

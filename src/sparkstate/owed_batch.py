@@ -49,6 +49,7 @@ from . import fs
 from .engines.checkpoint import operators, stored_query_id
 from .errors import ConfigError
 from .paths import absolute_path
+from .spark import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,7 +90,11 @@ def _latest(root: str, log_dir: str, spark: "SparkSession | None") -> int | None
 
 def _entry(path: str, spark: "SparkSession | None") -> tuple[list[str], dict]:
     """A log entry's lines and its metadata (the JSON of its second line)."""
-    lines = fs.read_text(path, spark).split("\n")
+    return _parsed(path, fs.read_text(path, spark))
+
+
+def _parsed(path: str, text: str) -> tuple[list[str], dict]:
+    lines = text.split("\n")
     try:
         meta = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
     except ValueError:
@@ -104,7 +109,9 @@ def _entry(path: str, spark: "SparkSession | None") -> tuple[list[str], dict]:
 def planned_sources(checkpoint: str | os.PathLike, spark: "SparkSession | None" = None) -> int | None:
     """How many source scans the query of ``checkpoint`` planned its newest micro-batch with (an
     offset per scan, after the metadata line of ``offsets/N``), or ``None`` when it planned none.
-    Spark refuses to go on with a query that scans its sources another number of times.
+    Spark refuses to go on with a query that scans its sources another number of times. Over
+    Spark Connect, where this process cannot reach the checkpoint's store, the server reads the log
+    (:func:`sparkstate.fs.server_files`).
 
     >>> import tempfile, os
     >>> ck = tempfile.mkdtemp()
@@ -116,12 +123,24 @@ def planned_sources(checkpoint: str | os.PathLike, spark: "SparkSession | None" 
     2
     """
     root = absolute_path(checkpoint)
-    if not fs.exists(fs.join(root, "offsets"), spark):
-        return None
-    planned = _latest(root, "offsets", spark)
-    if planned is None:
-        return None
-    lines, _ = _entry(fs.join(root, "offsets", str(planned)), spark)
+    offsets = fs.join(root, "offsets")
+    try:
+        if not fs.exists(offsets, spark):
+            return None
+        planned = _latest(root, "offsets", spark)
+        if planned is None:
+            return None
+        newest = fs.join(offsets, str(planned))
+        lines, _ = _entry(newest, spark)
+    except fs.FsUnavailable:
+        if spark is None or not is_connect(spark):
+            raise
+        # Spark Connect, a store only the server reaches: the server's file source reads the log.
+        entries = {int(name): text for name, text in fs.server_files(offsets, spark).items() if name.isdigit()}
+        if not entries:
+            return None
+        newest = fs.join(offsets, str(max(entries)))
+        lines, _ = _parsed(newest, entries[max(entries)])
     return len([line for line in lines[2:] if line.strip()])
 
 

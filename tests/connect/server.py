@@ -16,6 +16,13 @@ from tests.ports import free_port
 from tests.refusing_python import RefusingPython
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: The server's Hadoop mounts ``viewfs://sparkstate/`` on its local root (:func:`server_only`).
+VIEWFS_MOUNT = "sparkstate"
+
+
+def server_only(path: "str | os.PathLike") -> str:
+    """The local ``path`` as a URI only the test server reaches: ``viewfs://sparkstate/PATH``."""
+    return f"viewfs://{VIEWFS_MOUNT}{os.fspath(path)}"
 
 
 #: The module of the Python process a Connect server starts for each ``foreachBatch`` query.
@@ -56,6 +63,9 @@ def start(timeout: float = 240.0) -> ConnectServer:
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
+        # viewfs://sparkstate/PATH is the server's local PATH: a store only the server reaches (the
+        # client's pyarrow.fs has no way to viewfs://), as dbfs:/ or hdfs:// can be for a client.
+        f"spark.hadoop.fs.viewfs.mounttable.{VIEWFS_MOUNT}.linkFallback": "file:///",
     }
     jars = connectors.spark_settings(kafka=True).get("spark.jars")
     cmd = [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--class", SERVER_CLASS]

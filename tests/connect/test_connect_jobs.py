@@ -74,6 +74,62 @@ def test_run_and_state_with_remote_restarted_exactly(spark, connect_url, tmp_pat
     assert f"keys: {len(shown)}" in cli("state", "stats", str(ck), env={"SPARKSTATE_REMOTE": connect_url})
 
 
+def test_a_two_read_checkpoint_on_a_store_only_the_server_reaches_goes_on_reading_twice(spark, tmp_path,
+                                                                                       monkeypatch):
+    """A checkpoint of a job that read its input twice (every job before 2026-11-28), on a store
+    the client cannot reach (here a viewfs:// mount of the server's Hadoop; a dbfs:/ or hdfs://
+    path from a laptop): the server reads its offset log for the client, and the job goes on with
+    two reads. Before, the client took it for a new checkpoint, planned one read, and Spark
+    stopped the query ("There are [2] sources in the checkpoint offsets"). A new checkpoint there
+    gets one read. Sessions and dead letters are the reference's."""
+    from dataclasses import replace
+
+    from sparkstate import fs
+    from sparkstate.jobs.pipelines import JOB_PIPELINES
+    from tests.connect.server import server_only
+
+    def reads(ck: Path) -> set[int]:  # the sources each planned batch scans (its offset-log entry's lines)
+        return {len(p.read_text().splitlines()[2:]) for p in (ck / "offsets").iterdir() if p.name.isdigit()}
+
+    def run(ck: Path, out: Path, metrics: Path) -> None:
+        result = run_pipeline(spark, JobConfig(
+            "sessionize", source=f"files:{tmp_path / 'in'}", format="json", sink=f"parquet:{out}",
+            checkpoint=server_only(ck), gap=GAP, time_mode="event", watermark="0 seconds", once=True,
+            metrics=str(metrics), trigger="200 milliseconds"))
+        assert result.batches > 0
+
+    with pytest.raises(fs.FsUnavailable):  # the client has no way to the store
+        fs.exists(server_only(tmp_path), spark)
+    events = generate_events(200, users=5, seed=31)
+    files = write_events(events, tmp_path / "in", files=2)
+    later = files[1].rename(tmp_path / files[1].name)
+    (tmp_path / "in" / "part-00008.json").write_text(MALFORMED)
+    sessionize = JOB_PIPELINES["sessionize"]
+    assert sessionize.refusals is not None
+    out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "metrics.jsonl"
+    with monkeypatch.context() as m:  # the job as it was: the pipeline does not take the malformed records
+        m.setitem(JOB_PIPELINES, "sessionize", replace(sessionize, refusals=replace(sessionize.refusals,
+                                                                                     malformed=None)))
+        run(ck, out, metrics)
+    assert reads(ck) == {2}
+    later.rename(files[1])
+    (tmp_path / "in" / "part-00009.json").write_text(MALFORMED)
+    run(ck, out, metrics)
+    assert reads(ck) == {2}
+    expected = Counter(reference_sessions(read_events(files), GAP, watermark=_final_watermark(metrics)))
+    assert Counter(Session.from_row(r) for r in spark.read.parquet(str(out)).collect()) == expected
+    assert sum(expected.values()) > 10
+    dead = spark.read.parquet(str(out / "_deadletter")).collect()
+    assert [(r.reason, r.raw) for r in dead] == [("not valid JSON", MALFORMED.rstrip("\n"))] * 2
+
+    fresh = tmp_path / "fresh"
+    run(fresh / "ck", fresh / "out", fresh / "metrics.jsonl")
+    assert reads(fresh / "ck") == {1}
+    expected = Counter(reference_sessions(read_events(files), GAP, watermark=_final_watermark(fresh / "metrics.jsonl")))
+    assert Counter(Session.from_row(r) for r in spark.read.parquet(str(fresh / "out")).collect()) == expected
+    assert len(spark.read.parquet(str(fresh / "out" / "_deadletter")).collect()) == 2
+
+
 def _counts(words: list[str]) -> dict[str, int]:
     return dict(Counter(words))
 

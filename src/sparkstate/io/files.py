@@ -397,7 +397,7 @@ def path_exists(spark: "SparkSession", path: str) -> bool:
     try:
         _ = spark.read.format("text").load(path).schema  # resolving the schema lists the path
     except AnalysisException as exc:
-        if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
+        if fs.is_path_not_found(exc):
             return False
         raise
     return True

@@ -36,6 +36,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructType
 
+from .. import fs
 from ..errors import ConfigError
 from . import connectors
 from ..synthetic.generator import EVENT_SCHEMA
@@ -236,15 +237,6 @@ def _parse_lines(raw: DataFrame, fmt: Format, struct: StructType, source: Column
     return parse_json(raw, struct, source=source, **kw)  # type: ignore[arg-type]
 
 
-def _is_path_not_found(exc: Exception) -> bool:
-    cond = getattr(exc, "getCondition", None)
-    try:
-        name = cond() if callable(cond) else None
-    except Exception:
-        name = None
-    return name == "PATH_NOT_FOUND" or "PATH_NOT_FOUND" in str(exc)
-
-
 def _open_files(spark: "SparkSession", spec: SourceSpec, fmt: Format, struct: StructType,
                 opts: dict[str, str], kw: dict) -> tuple[DataFrame, DataFrame | None, DataFrame | None]:
     path = spec.path or ""
@@ -264,7 +256,7 @@ def _open_files(spark: "SparkSession", spec: SourceSpec, fmt: Format, struct: St
             lines = spark.readStream.options(**opts).text(path)
             parsed = parse_json(lines, struct, source=F.col("_metadata.file_path"), options=opts, **kw)
     except Exception as exc:
-        if _is_path_not_found(exc):
+        if fs.is_path_not_found(exc):
             raise ConfigError(
                 f"source {spec}: the directory {path} does not exist. Create it (the stream reads the"
                 f" files that land in it) or fix the path in files:DIR"

@@ -2,10 +2,11 @@
 
 ``CHECKPOINT/_sparkstate_job.json`` is written before a job's first batch
 (:func:`write_marker`) and read before anything else on every later run
-(:func:`check_checkpoint`), on any filesystem Spark reaches (:mod:`sparkstate.fs`). It also
-says whether the query gives the pipeline the source's malformed records (:data:`ONE_READ`,
-:func:`reads_once`): Spark refuses to go on with a query that scans its source another number
-of times than its checkpoint's first batch did.
+(:func:`check_checkpoint`), on any filesystem Spark reaches (:mod:`sparkstate.fs`).
+
+Whether the query may read its source once, giving the pipeline the malformed records
+(:func:`reads_once`), is the checkpoint's own record: Spark refuses to go on with a query that
+scans its source another number of times than its checkpoint's offset log has.
 """
 
 from __future__ import annotations
@@ -28,10 +29,6 @@ log = logging.getLogger("sparkstate.jobs")
 
 #: The file in a job's checkpoint that says which pipeline (and time mode) made it.
 JOB_MARKER = "_sparkstate_job.json"
-#: The marker's key saying that the query reads its source once, the pipeline refusing the malformed
-#: records itself (:attr:`~sparkstate.jobs.pipelines.Refusals.malformed`); absent: the query read the
-#: dead letters beside the pipeline, as every job did before 2026-11-28.
-ONE_READ = "one_read"
 
 
 def _stored(config: JobConfig, spark: "SparkSession | None") -> dict | None:
@@ -49,20 +46,18 @@ def _stored(config: JobConfig, spark: "SparkSession | None") -> dict | None:
 
 def reads_once(config: JobConfig, spark: "SparkSession | None" = None) -> bool:
     """Whether the job's query may read its source once, giving the pipeline the malformed records
-    (when the pipeline refuses them itself): on a checkpoint without a planned batch, or one whose
-    marker says :data:`ONE_READ`. A checkpoint of a query that read the dead letters beside the
-    pipeline goes on so."""
+    (when the pipeline refuses them itself, :attr:`~sparkstate.jobs.pipelines.Refusals.malformed`):
+    on a new checkpoint, and on one whose newest planned batch scanned one source. A checkpoint of
+    a query that read the dead letters beside the pipeline (two scans: every job before 2026-11-28)
+    goes on so."""
     if not config.checkpoint:
         return True
     try:
-        if planned_sources(config.checkpoint, spark) is None:
-            return True
-        stored = _stored(config, spark)
-    except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach: a new checkpoint's plan
-        log.warning("run: the job marker of %s was not read (%s); the query reads its source once, as on a new"
+        return planned_sources(config.checkpoint, spark) in (None, 1)
+    except fs.FsUnavailable as exc:  # no session that reaches the store: a new checkpoint's plan
+        log.warning("run: the offset log of %s was not read (%s); the query reads its source once, as on a new"
                     " checkpoint", config.checkpoint, exc)
         return True
-    return bool(stored and stored.get(ONE_READ))
 
 
 def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> None:
@@ -101,17 +96,16 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
                                    f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
 
 
-def write_marker(config: JobConfig, spark: "SparkSession | None" = None, *, one_read: bool = False) -> None:
-    """Write the marker of ``config``'s pipeline into its checkpoint (with :data:`ONE_READ` when the
-    query reads its source once), unless the checkpoint has one and a planned batch."""
+def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
+    """Write the marker of ``config``'s pipeline into its checkpoint, unless the checkpoint has one
+    and a planned batch."""
     if not config.checkpoint:
         return
     path = fs.join(config.checkpoint, JOB_MARKER)
     try:
         if fs.exists(path, spark) and planned_sources(config.checkpoint, spark) is not None:
             return
-        marker = JOB_PIPELINES[config.pipeline].marker_of(config) | ({ONE_READ: True} if one_read else {})
-        fs.write_text(path, json.dumps(marker) + "\n", spark)
+        fs.write_text(path, json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", spark)
     except fs.FsUnavailable as exc:
         log.warning("run: the job marker of %s was not written: %s", config.checkpoint, exc)
     except OSError as exc:
@@ -119,4 +113,4 @@ def write_marker(config: JobConfig, spark: "SparkSession | None" = None, *, one_
         raise JobFailedError(f"run: cannot write {path}: {exc.strerror or exc}{full}") from None
 
 
-__all__ = ["JOB_MARKER", "ONE_READ", "check_checkpoint", "reads_once", "write_marker"]
+__all__ = ["JOB_MARKER", "check_checkpoint", "reads_once", "write_marker"]

@@ -144,7 +144,6 @@ class _Job:
     checkpoint: str
     own_checkpoint: bool
     trigger_ms: int
-    one_read: bool  # the pipeline is given the malformed records: the query reads its source once
 
 
 def _define(spark: "SparkSession", config: JobConfig) -> _Job:
@@ -156,7 +155,6 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
                          options=source_options(config))
     # A checkpoint's query keeps the number of source scans it started with (Spark refuses another).
     given, dead_letters = pipeline_input(source, pipeline, config, one_read=reads_once(config, spark))
-    one_read = dead_letters is None and source.dead_letters is not None
     events = given.observe(INPUT_OBSERVATION, F.count(F.lit(1)).alias("rows"))
     output = pipeline.build(events, config, spark)  # checks the state in the checkpoint (checkpoint=)
     combined, out_schema, refuses = combined_stream(output, dead_letters, pipeline, str(source.spec),
@@ -170,8 +168,7 @@ def _define(spark: "SparkSession", config: JobConfig) -> _Job:
     trigger_ms = to_ms(config.trigger)  # checked by JobConfig
     ck = checkpoint or tempfile.mkdtemp(prefix="sparkstate-checkpoint-")  # console and memory sinks only
     name = config.query_name or f"sparkstate_{config.pipeline.replace('-', '_')}"
-    return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms,
-                one_read)
+    return _Job(pipeline, combined, out_schema, refuses, sink, dead_sink, name, ck, checkpoint is None, trigger_ms)
 
 
 def _tee(spark: "SparkSession", job: _Job) -> JobTee:
@@ -263,7 +260,7 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
     # Every check passed: from here on things are written.
     records = _kafka_records(spark, job)
     tee = _tee(spark, job) if records is None else None
-    write_marker(config, spark, one_read=job.one_read)
+    write_marker(config, spark)
     owed = None if job.own_checkpoint else _queue_owed_batch(spark, job.checkpoint, what)
     listener = MetricsListener(config.metrics, on_batch,
                                tee.counted_of if tee is not None and tee.counts is not None else None)
