@@ -297,6 +297,83 @@ def test_a_checkpoint_of_a_query_that_read_its_input_twice_goes_on_reading_it_tw
     assert _sessions(spark, fresh / "out") == _sessions(spark, out)
 
 
+def _update_lines(pipeline: str, events: list[Event]) -> tuple[list[bytes], list[bytes]]:
+    """The good records of an update-mode pipeline made of ``events``, and malformed ones of every kind
+    (broken JSON and bytes, not an object, a missing or null key, a wrong type, a huge record)."""
+    key = {"running-count": "word", "first-last-activity": "user", "visited-pages": "user_id"}[pipeline]
+    row = {"running-count": lambda e: {"word": e.user_id},
+           "first-last-activity": lambda e: {"user": e.user_id, "timestamp": iso_ms(e.event_time),
+                                             "activity": e.data},
+           "visited-pages": lambda e: {"user_id": e.user_id, "page": e.data}}[pipeline]
+    good = [json.dumps(row(e)).encode() for e in events]
+    sample = row(events[0])
+    bad = [b'{"' + key.encode() + b'": "user-000", ', b"[1, 2, 3]", b"{}", json.dumps({**sample, key: None}).encode(),
+           json.dumps({k: v for k, v in sample.items() if k != key}).encode(), b'\xff\xfe{"' + key.encode() + b'": oops',
+           json.dumps({**sample, "x": "y" * 1_100_000}).encode()]
+    if pipeline == "first-last-activity":
+        bad.append(json.dumps({**sample, "timestamp": "yesterday"}).encode())
+    return good, bad
+
+
+@pytest.mark.parametrize("pipeline", ["running-count", "first-last-activity", "visited-pages"])
+def test_update_mode_jobs_refuse_malformed_records_in_their_one_read_of_the_input(spark, tmp_path, capsys,
+                                                                                 monkeypatch, pipeline):
+    """The update-mode pipelines refuse the malformed records themselves, as event-time sessionize
+    does: a new job's query reads each input file once. A checkpoint of a job that read the dead
+    letters beside the pipeline (two scans) goes on so. Both give the same output rows and the same
+    dead letters, byte for byte, each malformed record once; a key whose records in a batch are all
+    malformed (the first record's key, broken into every kind) gets no row of output for them."""
+    from dataclasses import replace
+
+    events = generate_events(60, users=4, seed=23)
+    good, bad = _update_lines(pipeline, events)
+    chunks = [good[:30] + bad[:4], good[30:] + bad[4:]]
+    for i, chunk in enumerate(chunks):
+        _write_files(tmp_path / f"in{i}", [[]])  # the directories; each file written below, bytes as they are
+        (tmp_path / f"in{i}" / "part-00000.json").write_bytes(b"".join(line + b"\n" for line in chunk))
+
+    def job(ck: Path, out: Path, src: Path) -> set[int]:
+        code, _, err = _run(capsys, pipeline, "--source", f"files:{src}", "--format", "json", "--sink",
+                            f"parquet:{out}", "--checkpoint", str(ck), "--once", "--option", "maxFilesPerTrigger=1",
+                            "--trigger", "200 milliseconds")
+        assert code == 0, err
+        return _reads(ck)
+
+    both = tmp_path / "both"
+    both.mkdir()
+    for i in range(2):
+        os.link(tmp_path / f"in{i}" / "part-00000.json", both / f"part-{i:05d}.json")
+        os.utime(both / f"part-{i:05d}.json", (time.time() - 10 + i, time.time() - 10 + i))
+    # the job as it was: the pipeline does not take the malformed records, the query reads them beside it
+    twice, once = tmp_path / "twice", tmp_path / "once"
+    declared = JOB_PIPELINES[pipeline]
+    assert declared.refusals is not None
+    with monkeypatch.context() as m:
+        m.setitem(JOB_PIPELINES, pipeline, replace(declared, refusals=replace(declared.refusals, malformed=None)))
+        assert job(twice / "ck", twice / "out", tmp_path / "in0") == {2}
+    os.link(tmp_path / "in1" / "part-00000.json", tmp_path / "in0" / "part-00001.json")
+    assert job(twice / "ck", twice / "out", tmp_path / "in0") == {2}  # this sparkstate, on that checkpoint
+    assert job(once / "ck", once / "out", both) == {1}
+
+    def rows(out: Path) -> Counter:
+        return Counter(tuple(tuple(v) if isinstance(v, list) else v for v in r)
+                       for r in spark.read.parquet(str(out)).collect())
+
+    def letters(out: Path) -> Counter:
+        return Counter((r.raw, bytes(r.raw_bytes), r.reason) for r in _dead(spark, out / "_deadletter"))
+
+    assert rows(once / "out") == rows(twice / "out")
+    assert sum(rows(once / "out").values()) > 0 and all(None not in r for r in rows(once / "out"))
+    assert letters(once / "out") == letters(twice / "out")
+    assert Counter(data for _, data, _ in letters(once / "out").elements()) == Counter(bad)
+    assert all(reason for (_, _, reason) in letters(once / "out"))
+    if pipeline == "running-count":  # every good word counted, none of the malformed ones
+        final: dict = {}
+        for r in sorted(spark.read.parquet(str(once / "out")).collect(), key=lambda r: r["count"]):
+            final[r["word"]] = r["count"]
+        assert final == Counter(e.user_id for e in events)
+
+
 class _GeneratedCode(StreamingQueryListener):
     """The generated code of each micro-batch of a running query, with the batch's time (ms)."""
 

@@ -36,15 +36,25 @@ def pipeline_input(source: Any, pipeline: JobPipeline, config: SettingValues, *,
     that refuses malformed records itself (:attr:`Refusals.malformed`) gets every record, with
     the parse's reason (null on a good one), and the query reads the source once. Otherwise, or
     without ``one_read`` (a checkpoint whose query read the source twice), the pipeline gets the
-    good records, and the source's dead letters are a second read of it.
+    good records, and the source's dead letters are a second read of it; a pipeline that refuses
+    only malformed records (not :attr:`Refusals.own`) then gets the source's events as they are,
+    and otherwise their bytes and origin only on the records it refuses.
     """
     refusals = pipeline.refusals
     if refusals is None or source.checked is None:
         return source.events, source.dead_letters
-    cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()] + [F.col(RAW).cast("binary").alias(RAW), F.col(SOURCE)]
-    if one_read and refusals.malformed is not None and refusals.malformed(config):
-        return source.checked.select(*cols, F.col(REASON)), None
-    return source.checked.where(F.col(REASON).isNull()).select(*cols), source.dead_letters
+    reason = F.col(REASON)
+    malformed = one_read and refusals.malformed is not None and refusals.malformed(config)
+    if not (malformed or refusals.own):
+        return source.events, source.dead_letters
+    cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()]
+    carried = [F.col(RAW).cast("binary"), F.col(SOURCE)]
+    if not refusals.own:  # it refuses only malformed records: only their bytes cross to Python
+        carried = [F.when(reason.isNotNull(), c) for c in carried]
+    cols += [carried[0].alias(RAW), carried[1].alias(SOURCE)]
+    if malformed:
+        return source.checked.select(*cols, reason), None
+    return source.checked.where(reason.isNull()).select(*cols), source.dead_letters
 
 
 def _refused_as_dead(output: "DataFrame", refusals: Refusals, key: str, origin: str,

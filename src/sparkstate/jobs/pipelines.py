@@ -60,7 +60,10 @@ class Refusals:
     malformed records itself: it is given every record, with the parse's reason in
     :data:`~sparkstate.io.parse.REASON` (null on a good one), and they come out among its
     refusals, so that the job's query reads the source once (``None``: never; the query reads
-    the source's dead letters beside the pipeline).
+    the source's dead letters beside the pipeline). ``own``: whether the pipeline refuses records
+    of its own (late ones, ...); one that refuses only malformed records is given the plain
+    events when the dead letters are read beside it, and each record's raw bytes and origin
+    only on the records it refuses.
     """
 
     column: str
@@ -68,6 +71,7 @@ class Refusals:
     late: str | None = None
     reason: str = "reason"
     malformed: Callable[[SettingValues], bool] | None = None
+    own: bool = True
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,14 @@ def _sessionize(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") 
                       max_future_skew=cfg.max_future_skew,  # event time only: _check_sessionize
                       checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last,
                       initial_state=_initial(spark, cfg, None))
+
+
+def _refusing(events: "DataFrame") -> dict[str, Any]:
+    """``reason=`` and ``carry=`` for an update-mode pipeline given the parse's reasons
+    (:data:`MALFORMED_ONLY`: the query reads its source once), else nothing."""
+    if REASON not in events.columns:
+        return {}
+    return {"reason": REASON, "carry": [c for c in CARRY if c in events.columns]}
 
 
 def _engine(cfg: SettingValues) -> "str | BatchedEngine | None":
@@ -221,7 +233,12 @@ def _initial(spark: "SparkSession", cfg: SettingValues, schema: str | None) -> "
 
 def _visited_pages(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
     return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg),
-                         checkpoint=cfg.checkpoint)
+                         checkpoint=cfg.checkpoint, **_refusing(events))
+
+
+#: How an update-mode pipeline refuses: only the source's malformed records, always in the query's
+#: one read of its source (:mod:`sparkstate.pipelines.refusals`).
+MALFORMED_ONLY = Refusals(REJECTED, (), malformed=lambda cfg: True, own=False)
 
 
 #: The settings sessionize reads (a job of another pipeline ignores them).
@@ -266,18 +283,20 @@ JOB_PIPELINES: dict[str, JobPipeline] = {
         JobPipeline(
             "first-last-activity", "user string, timestamp timestamp, activity string", "update",
             lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg), checkpoint=cfg.checkpoint,
-                                                           initial_state=_initial(spark, cfg, None)),
-            "spans emitted",
+                                                           initial_state=_initial(spark, cfg, None),
+                                                           **_refusing(events)),
+            "spans emitted", refusals=MALFORMED_ONLY,
         ),
         JobPipeline(
             "running-count", "word string", "update",
             lambda events, cfg, spark: running_count(events, engine=_engine(cfg), checkpoint=cfg.checkpoint,
-                                                     initial_state=_initial(spark, cfg, None)),
-            "counts emitted",
+                                                     initial_state=_initial(spark, cfg, None), **_refusing(events)),
+            "counts emitted", refusals=MALFORMED_ONLY,
         ),
-        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted"),
+        JobPipeline("visited-pages", "user_id string, page string", "update", _visited_pages, "lists emitted",
+                    refusals=MALFORMED_ONLY),
     )
 }
 
-__all__ = ["CARRY", "INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "JobPipeline", "Kept", "Refusals", "SESSIONIZE_SETTINGS",
-           "check_pack", "read_initial_state"]
+__all__ = ["CARRY", "INITIAL_STATE_SCHEMA", "JOB_PIPELINES", "MALFORMED_ONLY", "JobPipeline", "Kept", "Refusals",
+           "SESSIONIZE_SETTINGS", "check_pack", "read_initial_state"]

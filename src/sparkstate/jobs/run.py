@@ -6,7 +6,8 @@ What ``sparkstate run`` does::
     pipeline = JOB_PIPELINES[config.pipeline]   its declaration: schema, output mode, refusals, marker
     source  = open_source(spark, config.source, schema=<the pipeline's>, fmt=config.format)
     given, dead = pipeline_input(source, ...)   the pipeline's records; the source's dead letters, or
-              none when the pipeline refuses malformed records itself (event-time sessionize: one read)
+              none when the pipeline refuses malformed records itself (one read: every pipeline but
+              processing-time sessionize, on a checkpoint that does not read twice)
     output  = <pipeline>(given, ...)        validated here; rows it refuses carry a reason
     query   = ONE streaming query on  output ∪ dead,  checkpoint CHECKPOINT
               both sinks Kafka on one broker: Spark's Kafka write, each row to its topic (_kafka_records)

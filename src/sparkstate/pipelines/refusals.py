@@ -4,8 +4,8 @@ A row whose ``reason`` column is set (e.g. by a parser: a missing field, a wrong
 given to the pipeline's function and changes no state: it comes out as an output row whose
 :data:`REJECTED` struct column (null on the pipeline's own rows) holds that ``reason``, then the
 ``carry`` columns (e.g. the raw record), with the pipeline's other columns null but the key.
-``sparkstate run`` passes the parse's reasons this way to event-time sessionize, so that its query
-reads each record once (the update-mode jobs keep a second read: measured faster for the count).
+``sparkstate run`` passes the parse's reasons this way to every pipeline but processing-time
+sessionize, so that its query reads each record once.
 
 The update-mode pipelines (:func:`~sparkstate.pipelines.running_count`,
 :func:`~sparkstate.pipelines.first_last_activity`, :func:`~sparkstate.pipelines.visited_pages`)
