@@ -222,6 +222,14 @@ def failure(run: StreamRun, timeout: float = 60.0) -> str:
     raise AssertionError("the query did not fail")
 
 
+def source_scans(checkpoint: Path) -> set[int]:
+    """How many times each planned micro-batch of ``checkpoint`` scans its input: the sources its
+    offset-log entry lists (a query that reads its input twice holds two sources of it)."""
+    entries = [p.read_text().splitlines()[2:] for p in (Path(checkpoint) / "offsets").iterdir() if p.name.isdigit()]
+    assert entries, f"no micro-batch was planned in {checkpoint}"
+    return {len(lines) for lines in entries}
+
+
 def committed_files(directory: Path) -> dict[int, list[str]]:
     """The files each micro-batch committed to a Spark file sink at ``directory`` (its _spark_metadata log)."""
     from urllib.parse import urlparse

@@ -130,8 +130,7 @@ def planned_sources(checkpoint: str | os.PathLike, spark: "SparkSession | None" 
         planned = _latest(root, "offsets", spark)
         if planned is None:
             return None
-        newest = fs.join(offsets, str(planned))
-        lines, _ = _entry(newest, spark)
+        lines, _ = _entry(fs.join(offsets, str(planned)), spark)
     except fs.FsUnavailable:
         if spark is None or not is_connect(spark):
             raise
@@ -139,8 +138,8 @@ def planned_sources(checkpoint: str | os.PathLike, spark: "SparkSession | None" 
         entries = {int(name): text for name, text in fs.server_files(offsets, spark).items() if name.isdigit()}
         if not entries:
             return None
-        newest = fs.join(offsets, str(max(entries)))
-        lines, _ = _parsed(newest, entries[max(entries)])
+        planned = max(entries)
+        lines, _ = _parsed(fs.join(offsets, str(planned)), entries[planned])
     return len([line for line in lines[2:] if line.strip()])
 
 

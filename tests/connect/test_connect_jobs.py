@@ -21,6 +21,7 @@ from sparkstate.jobs import JobConfig, run_pipeline
 from sparkstate.synthetic import Session, generate_events, read_events, reference_sessions, write_events
 from tests.io.pg import postgres_server  # noqa: F401  (a session-scoped fixture)
 from tests.pipelines.test_sessionize_order import Landing
+from tests.streams import source_scans
 
 GAP = "1 minute"
 MALFORMED = '{"user_id": "user-000", "event_time": "2024-01-01T00:00:01.000Z", "data": "/x"\n'
@@ -88,9 +89,6 @@ def test_a_two_read_checkpoint_on_a_store_only_the_server_reaches_goes_on_readin
     from sparkstate.jobs.pipelines import JOB_PIPELINES
     from tests.connect.server import server_only
 
-    def reads(ck: Path) -> set[int]:  # the sources each planned batch scans (its offset-log entry's lines)
-        return {len(p.read_text().splitlines()[2:]) for p in (ck / "offsets").iterdir() if p.name.isdigit()}
-
     def run(ck: Path, out: Path, metrics: Path) -> None:
         result = run_pipeline(spark, JobConfig(
             "sessionize", source=f"files:{tmp_path / 'in'}", format="json", sink=f"parquet:{out}",
@@ -111,11 +109,11 @@ def test_a_two_read_checkpoint_on_a_store_only_the_server_reaches_goes_on_readin
         m.setitem(JOB_PIPELINES, "sessionize", replace(sessionize, refusals=replace(sessionize.refusals,
                                                                                      malformed=None)))
         run(ck, out, metrics)
-    assert reads(ck) == {2}
+    assert source_scans(ck) == {2}
     later.rename(files[1])
     (tmp_path / "in" / "part-00009.json").write_text(MALFORMED)
     run(ck, out, metrics)
-    assert reads(ck) == {2}
+    assert source_scans(ck) == {2}
     expected = Counter(reference_sessions(read_events(files), GAP, watermark=_final_watermark(metrics)))
     assert Counter(Session.from_row(r) for r in spark.read.parquet(str(out)).collect()) == expected
     assert sum(expected.values()) > 10
@@ -124,7 +122,7 @@ def test_a_two_read_checkpoint_on_a_store_only_the_server_reaches_goes_on_readin
 
     fresh = tmp_path / "fresh"
     run(fresh / "ck", fresh / "out", fresh / "metrics.jsonl")
-    assert reads(fresh / "ck") == {1}
+    assert source_scans(fresh / "ck") == {1}
     expected = Counter(reference_sessions(read_events(files), GAP, watermark=_final_watermark(fresh / "metrics.jsonl")))
     assert Counter(Session.from_row(r) for r in spark.read.parquet(str(fresh / "out")).collect()) == expected
     assert len(spark.read.parquet(str(fresh / "out" / "_deadletter")).collect()) == 2

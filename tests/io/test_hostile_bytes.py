@@ -26,6 +26,7 @@ import pytest
 from sparkstate.jobs import JobConfig, run_pipeline
 from sparkstate.synthetic.line_server import LineServer
 from tests.io.hostile import CSV, KAFKA, LINE, Hostile, draw
+from tests.streams import source_scans
 
 DEAD_LETTER_COLUMNS = ("raw", "raw_bytes", "reason", "source", "received_at")
 #: A record near the broker's size limit (1 MB by default): truncated JSON, so a dead letter.
@@ -166,8 +167,7 @@ def test_event_time_sessionize_refuses_hostile_kafka_records_in_its_one_read(kaf
     result = run_pipeline(kafka_spark, JobConfig(
         "sessionize", source=f"kafka:{kafka_broker.bootstrap}/{topic}", sink=f"parquet:{out}", checkpoint=str(ck),
         trigger="200 milliseconds", once=True, options={"startingOffsets": "earliest"}))
-    planned = [p.read_text().splitlines()[2:] for p in (ck / "offsets").iterdir() if p.name.isdigit()]
-    assert planned and all(len(sources) == 1 for sources in planned)  # one scan of the topic
+    assert source_scans(ck) == {1}  # one scan of the topic
     assert result.input_rows == len(records)
     rows = _read_parquet_everywhere(out / "_deadletter")
     assert result.dead_letters == len(rows) == 3

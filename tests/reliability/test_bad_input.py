@@ -45,6 +45,7 @@ from sparkstate.jobs import JOB_PIPELINES, JobConfig, JobPipeline, run_pipeline
 from sparkstate.pipelines.sessionize import iso_ms
 
 from tests.io.pg import postgres_server  # noqa: F401  (session-scoped fixture)
+from tests.streams import source_scans
 
 pytestmark = pytest.mark.reliability
 
@@ -87,14 +88,6 @@ def _sessions(spark, path: Path) -> list[Session]:
 
 def _dead(spark, path: Path) -> list:
     return spark.read.parquet(str(path)).collect() if path.exists() else []
-
-
-def _reads(ck: Path) -> set[int]:
-    """How many times each planned micro-batch reads the input: the sources its offset-log entry lists
-    (a query that reads its input twice holds two sources of it)."""
-    entries = [p.read_text().splitlines()[2:] for p in (ck / "offsets").iterdir() if p.name.isdigit()]
-    assert entries, f"no micro-batch was planned in {ck}"
-    return {len(lines) for lines in entries}
 
 
 def _utc(iso: str) -> datetime:
@@ -228,7 +221,7 @@ def test_event_time_refuses_malformed_records_in_its_one_read_of_the_input(spark
                             "--sink", f"parquet:{out}", "--checkpoint", str(ck), "--time-mode", mode, "--once",
                             "--option", "maxFilesPerTrigger=1", "--trigger", "200 milliseconds")
         assert code == 0, err
-        scans[mode] = _reads(ck)
+        scans[mode] = source_scans(ck)
         dead[mode] = Counter((r.raw, bytes(r.raw_bytes), r.reason, Path(r.source).name)
                              for r in _dead(spark, out / "_deadletter"))
     assert scans == {"event": {1}, "processing": {2}}
@@ -279,13 +272,13 @@ def test_a_checkpoint_of_a_query_that_read_its_input_twice_goes_on_reading_it_tw
                                                                                      malformed=None)))
         code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics))
         assert code == 0, err
-    assert _reads(ck) == {2}
+    assert source_scans(ck) == {2}
     _write_files(tmp_path / "in2", [[e.to_json() for e in events[60:]] + bad[5:]])
     for f in (tmp_path / "in2").iterdir():
         f.rename(tmp_path / "in" / f"part-1{f.name}")
     code, _, err = _run(capsys, *_session_args(tmp_path / "in", out, ck, metrics))
     assert code == 0, err
-    assert _reads(ck) == {2}
+    assert source_scans(ck) == {2}
     lines = _metrics(metrics)
     assert _sessions(spark, out) == reference_sessions(events, GAP, watermark=_utc(lines[-1]["watermark"]))
     assert Counter((r.raw, r.reason) for r in _dead(spark, out / "_deadletter")) == Counter(MALFORMED)
@@ -293,7 +286,7 @@ def test_a_checkpoint_of_a_query_that_read_its_input_twice_goes_on_reading_it_tw
     fresh = tmp_path / "fresh"
     code, _, err = _run(capsys, *_session_args(tmp_path / "in", fresh / "out", fresh / "ck", fresh / "m.jsonl"))
     assert code == 0, err
-    assert _reads(fresh / "ck") == {1}
+    assert source_scans(fresh / "ck") == {1}
     assert _sessions(spark, fresh / "out") == _sessions(spark, out)
 
 
@@ -337,7 +330,7 @@ def test_update_mode_jobs_refuse_malformed_records_in_their_one_read_of_the_inpu
                             f"parquet:{out}", "--checkpoint", str(ck), "--once", "--option", "maxFilesPerTrigger=1",
                             "--trigger", "200 milliseconds")
         assert code == 0, err
-        return _reads(ck)
+        return source_scans(ck)
 
     both = tmp_path / "both"
     both.mkdir()
