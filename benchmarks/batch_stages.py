@@ -137,6 +137,7 @@ def breakdown(log: Log, rows: int | None = None) -> dict[str, tuple[int, dict[st
                     figures[f"job {i} stage {n}: tasks"].append(len(log.tasks.get(stage, [])))
                     if log.tasks.get(stage):
                         figures[f"job {i} stage {n}: task (median)"].append(statistics.median(log.tasks[stage]))
+                        figures[f"job {i} stage {n}: task (longest)"].append(max(log.tasks[stage]))
         name = next((log.progress[k].get("name") for k in keys if log.progress[k].get("name")), None) or qid
         out[name] = (len(taken), {f: statistics.median(v) for f, v in figures.items() if len(v) * 2 >= len(taken)})
     return out

@@ -5,9 +5,12 @@ restart with or without it; duplicate keys refused; a static DataFrame. Runs on 
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 import sparkstate as ss
+from sparkstate.engines.inband import seeds
 from sparkstate.errors import ConfigError
 from tests.streams import LandingDir, StreamRun
 
@@ -61,9 +64,12 @@ def test_initial_state_is_applied_once_and_a_restart_goes_on_with_or_without_it(
     assert third == [("a", 13), ("d", 1)]
 
 
-def test_a_restart_given_the_initial_state_again_never_reseeds_a_bucket_that_emptied(spark, tmp_path):
+def test_a_restart_given_the_initial_state_again_never_reseeds_a_bucket_that_emptied(spark, tmp_path, monkeypatch):
     land = LandingDir(tmp_path / "in")
     ck = tmp_path / "ck"
+    temp = tmp_path / "machine-tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     initial = _initial(spark, a=10, b=20, c=30)
     # no checkpoint= to the operator: the seeds are staged elsewhere and staged again on the restart
     first = _run(spark, land, ck, [[("a", "x")], [("a", "drop"), ("b", "drop"), ("c", "drop")]], already=0,
@@ -71,6 +77,11 @@ def test_a_restart_given_the_initial_state_again_never_reseeds_a_bucket_that_emp
     assert first == [("a", -1), ("a", 11), ("b", -1), ("c", -1)]
     second = _run(spark, land, ck, [[("a", "x"), ("b", "x")]], already=4, initial=initial)
     assert second == [("a", 1), ("b", 1)]  # not 11 and 21: no key of the initial state came back
+    # under the machine's temporary directory, one seed directory a run, gone when the process exits
+    staged = sorted(p.name for p in temp.iterdir())
+    assert len(staged) == 2 and all(n.startswith(seeds.SEED_DIR + "-") for n in staged), staged
+    seeds.remove_staged()
+    assert list(temp.iterdir()) == []
 
 
 def test_duplicate_keys_in_the_initial_state_are_refused_in_one_line(spark, tmp_path):

@@ -20,7 +20,9 @@ seeded twice (a restart that passes the initial state again: Spark ignores it on
 
 from __future__ import annotations
 
+import atexit
 import pickle
+import shutil
 import tempfile
 import uuid
 from typing import TYPE_CHECKING, Any, Iterator
@@ -41,10 +43,13 @@ if TYPE_CHECKING:
 SEED_COLUMN = "_sparkstate_seed"
 SEED_SCHEMA = StructType([StructField(BUCKET_COLUMN, IntegerType(), True), StructField(SEED_COLUMN, BinaryType(), True)])
 #: Where a streaming query's seeds are written: this directory of its checkpoint (``checkpoint=``),
-#: else a new directory named so under the machine's temporary directory (local mode) or under
+#: else a new directory named so under the machine's temporary directory (local mode; removed when
+#: the Python process exits, see :func:`remove_staged`) or under
 #: ``spark.sql.streaming.checkpointLocation``. Spark's progress names the seed source by it.
 SEED_DIR = "sparkstate-initial-state"
 _EMPTY = pickle.dumps({}, PICKLE_PROTOCOL)
+#: The seed directories this process made under the machine's temporary directory.
+_STAGED: list[str] = []
 
 
 def seed_frame(initial: "DataFrame", plan: StatePlan, buckets: int) -> "DataFrame":
@@ -104,6 +109,9 @@ def stage(seeds: "DataFrame", checkpoint: str | None) -> str:
             path = fs.join(root, f"{SEED_DIR}-{uuid.uuid4().hex}")
         elif master.startswith("local"):
             path = tempfile.mkdtemp(prefix=f"{SEED_DIR}-")
+            if not _STAGED:
+                atexit.register(remove_staged)
+            _STAGED.append(path)
         else:
             raise ConfigError(
                 "initial_state on the inband engine is staged as files the query reads in its first batch: pass the"
@@ -114,6 +122,15 @@ def stage(seeds: "DataFrame", checkpoint: str | None) -> str:
     except Exception as exc:  # a refusal of the builder (a duplicate key, a value that cannot be stored)
         raise _ours(exc) from None
     return path
+
+
+def remove_staged() -> None:
+    """Remove the seed directories this process staged under the machine's temporary directory.
+    Run when the process exits: a query without a checkpoint of its own reads its seeds in its
+    first batch, and no query outlives the driver that started it (a restart on the same
+    checkpoint, given the initial state again, stages new seeds)."""
+    while _STAGED:
+        shutil.rmtree(_STAGED.pop(), ignore_errors=True)
 
 
 def _ours(exc: Exception) -> Exception:
