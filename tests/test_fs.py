@@ -111,3 +111,13 @@ def test_server_files_reads_a_directory_through_the_sessions_file_source(spark, 
     assert fs.server_files(tmp_path / "offsets", spark) == {"0": "v1\n{}\n{\"logOffset\":0}",
                                                             "1": "v1\n{}\ncaf\u00e9"}
     assert fs.server_files(tmp_path / "nothing", spark) == {}
+
+
+def test_server_write_text_makes_a_directory_whose_one_file_server_files_reads_back(spark, tmp_path):
+    """What a Connect client writes through the server where it cannot reach a store: the text as
+    the directory's one data file, replaced on a second write, readable by any reader of text."""
+    fs.server_write_text(tmp_path / "marker", '{"pipeline": "sessionize"}\n', spark)
+    fs.server_write_text(tmp_path / "marker", '{"pipeline": "running-count", "caf\u00e9": 1}\n', spark)
+    ((name, text),) = fs.server_files(tmp_path / "marker", spark).items()
+    assert name.startswith("part-") and text == '{"pipeline": "running-count", "caf\u00e9": 1}\n'
+    assert (tmp_path / "marker" / name).read_text(encoding="utf-8") == text

@@ -457,5 +457,15 @@ def server_files(directory: str | os.PathLike, spark: "SparkSession") -> dict[st
     return {str(r["path"]).rstrip("/").rsplit("/", 1)[-1]: bytes(r["content"]).decode("utf-8") for r in rows}
 
 
+def server_write_text(directory: str | os.PathLike, text: str, spark: "SparkSession") -> None:
+    """Make ``directory`` hold ``text`` (UTF-8, ending in a newline) as its one data file, written
+    by the session's own file writer (``text``, replacing what the directory held): over Spark
+    Connect the server writes it, where this process reaches nothing (:class:`FsUnavailable`).
+    The file's name is the writer's (``part-...``); :func:`server_files` reads it back."""
+    line = text[:-1] if text.endswith("\n") else text
+    spark.createDataFrame([(line,)], "value string").coalesce(1).write.mode("overwrite").text(os.fspath(directory))
+
+
 __all__ = ["FsUnavailable", "delete", "exists", "is_dir", "is_local", "is_path_not_found", "join", "list_names",
-           "read_text", "rename", "s3_settings", "server_files", "storage_options", "total_bytes", "write_text"]
+           "read_text", "rename", "s3_settings", "server_files", "server_write_text", "storage_options", "total_bytes",
+           "write_text"]

@@ -4,6 +4,7 @@ variable), every sink and dead-letter sink, and a client killed mid-run, against
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -76,16 +77,19 @@ def test_run_and_state_with_remote_restarted_exactly(spark, connect_url, tmp_pat
 
 
 def test_a_two_read_checkpoint_on_a_store_only_the_server_reaches_goes_on_reading_twice(spark, tmp_path,
-                                                                                       monkeypatch):
+                                                                                       monkeypatch, caplog):
     """A checkpoint of a job that read its input twice (every job before 2026-11-28), on a store
     the client cannot reach (here a viewfs:// mount of the server's Hadoop; a dbfs:/ or hdfs://
     path from a laptop): the server reads its offset log for the client, and the job goes on with
     two reads. Before, the client took it for a new checkpoint, planned one read, and Spark
     stopped the query ("There are [2] sources in the checkpoint offsets"). A new checkpoint there
-    gets one read. Sessions and dead letters are the reference's."""
+    gets one read. Sessions and dead letters are the reference's. The job marker is the server's to
+    write and read there: another pipeline on the checkpoint is refused."""
     from dataclasses import replace
 
     from sparkstate import fs
+    from sparkstate.errors import StateSchemaError
+    from sparkstate.jobs.marker import check_checkpoint
     from sparkstate.jobs.pipelines import JOB_PIPELINES
     from tests.connect.server import server_only
 
@@ -126,6 +130,26 @@ def test_a_two_read_checkpoint_on_a_store_only_the_server_reaches_goes_on_readin
     expected = Counter(reference_sessions(read_events(files), GAP, watermark=_final_watermark(fresh / "metrics.jsonl")))
     assert Counter(Session.from_row(r) for r in spark.read.parquet(str(fresh / "out")).collect()) == expected
     assert len(spark.read.parquet(str(fresh / "out" / "_deadletter")).collect()) == 2
+
+    # The job marker, written and read by the server there: another pipeline, or sessionize in the
+    # other time mode, is refused before anything is written.
+    ((marker,),) = [list((fresh / "ck" / "sparkstate-job").glob("part-*"))]
+    assert json.loads(marker.read_text()) == {"pipeline": "sessionize", "time_mode": "event"}
+    for other, refused in ((dict(pipeline="running-count"), "belongs to a sessionize job"),
+                           (dict(pipeline="sessionize", gap=GAP, time_mode="processing"), "holds event-time sessionize state")):
+        with pytest.raises(StateSchemaError, match=refused):
+            run_pipeline(spark, JobConfig(**other, source=f"files:{tmp_path / 'in'}", format="json",
+                                          sink=f"parquet:{tmp_path / 'other'}", checkpoint=server_only(fresh / "ck"),
+                                          once=True))
+    assert not (tmp_path / "other").exists()
+    # A checkpoint whose marker a job that reached the store directly wrote: not seen through the
+    # server, and the job says so.
+    (fresh / "ck" / "sparkstate-job").rename(tmp_path / "served-marker")
+    (fresh / "ck" / "_sparkstate_job.json").write_text('{"pipeline": "sessionize", "time_mode": "event"}\n')
+    with caplog.at_level(logging.WARNING, logger="sparkstate.jobs"):
+        check_checkpoint(JobConfig("running-count", source=f"files:{tmp_path / 'in'}", format="json",
+                                   sink=f"parquet:{tmp_path / 'other'}", checkpoint=server_only(fresh / "ck")), spark)
+    assert "the job marker of" in caplog.text and "was not checked" in caplog.text
 
 
 def _counts(words: list[str]) -> dict[str, int]:

@@ -2,7 +2,10 @@
 
 ``CHECKPOINT/_sparkstate_job.json`` is written before a job's first batch
 (:func:`write_marker`) and read before anything else on every later run
-(:func:`check_checkpoint`), on any filesystem Spark reaches (:mod:`sparkstate.fs`).
+(:func:`check_checkpoint`), on any filesystem Spark reaches (:mod:`sparkstate.fs`). Over Spark
+Connect, on a store only the server reaches (``dbfs:/``, ``hdfs://`` from a laptop), the server
+writes and reads it instead, as the one file of ``CHECKPOINT/sparkstate-job/``
+(:data:`SERVER_MARKER`): Spark's file sources never show a name that begins with ``_``.
 
 Whether the query may read its source once, giving the pipeline the malformed records
 (:func:`reads_once`), is the checkpoint's own record: Spark refuses to go on with a query that
@@ -17,8 +20,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import fs
-from ..errors import ConfigError, JobFailedError, StateSchemaError
+from ..errors import ConfigError, JobFailedError, StateSchemaError, explain
 from ..owed_batch import planned_sources
+from ..spark import is_connect
 from .config import JobConfig
 from .pipelines import JOB_PIPELINES
 
@@ -29,18 +33,49 @@ log = logging.getLogger("sparkstate.jobs")
 
 #: The file in a job's checkpoint that says which pipeline (and time mode) made it.
 JOB_MARKER = "_sparkstate_job.json"
+#: The directory that holds the marker instead where only a Spark Connect server reaches the
+#: checkpoint: its one data file (``part-...``), written and read by the session's own file
+#: source and writer (:func:`sparkstate.fs.server_write_text`, :func:`sparkstate.fs.server_files`).
+SERVER_MARKER = "sparkstate-job"
+
+
+def _through_server(spark: "SparkSession | None") -> bool:
+    """Whether a store this process cannot reach can be read and written by ``spark``'s server."""
+    return spark is not None and is_connect(spark)
+
+
+def _marker_text(checkpoint: str, spark: "SparkSession | None") -> tuple[str, str] | None:
+    """(where, text) of the checkpoint's marker, or ``None`` when it has none that can be seen."""
+    path = fs.join(checkpoint, JOB_MARKER)
+    served = fs.join(checkpoint, SERVER_MARKER)
+    try:
+        if fs.exists(path, spark):
+            return path, fs.read_text(path, spark)
+        names = [n for n in fs.list_names(served, spark) if not n.startswith(("_", "."))]
+        return (fs.join(served, names[0]), fs.read_text(fs.join(served, names[0]), spark)) if names else None
+    except fs.FsUnavailable:
+        if not _through_server(spark):
+            raise
+        assert spark is not None
+        texts = sorted(fs.server_files(served, spark).items())
+        return (fs.join(served, texts[0][0]), texts[0][1]) if texts else None
 
 
 def _stored(config: JobConfig, spark: "SparkSession | None") -> dict | None:
     """The checkpoint's marker, or ``None`` when it has none."""
     assert config.checkpoint
-    path = fs.join(config.checkpoint, JOB_MARKER)
-    if not fs.exists(path, spark):
-        return None
     try:
-        stored = json.loads(fs.read_text(path, spark))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"run: cannot read {path} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
+        found = _marker_text(config.checkpoint, spark)
+    except OSError as exc:
+        raise ConfigError(f"run: cannot read the job marker of {config.checkpoint} ({exc}); is it a sparkstate"
+                          " checkpoint?") from None
+    if found is None:
+        return None
+    where, text = found
+    try:
+        stored = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"run: cannot read {where} ({exc}); is {config.checkpoint} a sparkstate checkpoint?") from None
     return stored if isinstance(stored, dict) else {}
 
 
@@ -75,10 +110,13 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
         return
     try:
         stored = _stored(config, spark)
-    except fs.FsUnavailable as exc:  # Spark Connect, a store this process cannot reach: Spark's own checks remain
+    except fs.FsUnavailable as exc:  # no session that reaches the store: Spark's own checks remain
         log.warning("run: the job marker of %s was not checked: %s", config.checkpoint, exc)
         return
     if stored is None:
+        if _through_server(spark) and _unseen(config, spark):
+            log.warning("run: the job marker of %s was not checked: the Spark Connect server reads only %s/, and a"
+                        " job that reached the store directly wrote %s", config.checkpoint, SERVER_MARKER, JOB_MARKER)
         return
     pipeline = JOB_PIPELINES[config.pipeline]
     want = pipeline.marker_of(config)
@@ -96,21 +134,44 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
                                    f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
 
 
+def _unseen(config: JobConfig, spark: "SparkSession | None") -> bool:
+    """Whether the checkpoint may hold a marker this process cannot see: it cannot reach the
+    store, and a query ran there (a new checkpoint has no marker to see)."""
+    assert config.checkpoint
+    try:
+        fs.exists(config.checkpoint, spark)
+        return False
+    except fs.FsUnavailable:
+        return planned_sources(config.checkpoint, spark) is not None
+
+
 def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
     """Write the marker of ``config``'s pipeline into its checkpoint, unless the checkpoint has one
-    and a planned batch."""
+    and a planned batch: where this process reaches the store, as :data:`JOB_MARKER`; else, over
+    Spark Connect, through the server into :data:`SERVER_MARKER`."""
     if not config.checkpoint:
         return
+    text = json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n"
     path = fs.join(config.checkpoint, JOB_MARKER)
     try:
         if fs.exists(path, spark) and planned_sources(config.checkpoint, spark) is not None:
             return
-        fs.write_text(path, json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n", spark)
+        fs.write_text(path, text, spark)
     except fs.FsUnavailable as exc:
-        log.warning("run: the job marker of %s was not written: %s", config.checkpoint, exc)
+        if not _through_server(spark):
+            log.warning("run: the job marker of %s was not written: %s", config.checkpoint, exc)
+            return
+        assert spark is not None
+        served = fs.join(config.checkpoint, SERVER_MARKER)
+        try:
+            if fs.server_files(served, spark) and planned_sources(config.checkpoint, spark) is not None:
+                return
+            fs.server_write_text(served, text, spark)
+        except Exception as failed:  # the server's write: its error, in a sentence
+            raise JobFailedError(f"run: the Spark Connect server cannot write {served}: {explain(failed)}") from None
     except OSError as exc:
         full = " (its disk is full: free space and run the job again)" if exc.errno == errno.ENOSPC else ""
         raise JobFailedError(f"run: cannot write {path}: {exc.strerror or exc}{full}") from None
 
 
-__all__ = ["JOB_MARKER", "check_checkpoint", "reads_once", "write_marker"]
+__all__ = ["JOB_MARKER", "SERVER_MARKER", "check_checkpoint", "reads_once", "write_marker"]
