@@ -58,7 +58,12 @@ def _marker_text(checkpoint: str, spark: "SparkSession | None") -> tuple[str, st
             raise
         assert spark is not None
         texts = sorted(fs.server_files(served, spark).items())
-        return (fs.join(served, texts[0][0]), texts[0][1]) if texts else None
+        if texts:
+            return fs.join(served, texts[0][0]), texts[0][1]
+        if planned_sources(checkpoint, spark) is not None:  # a query ran there: its marker may be JOB_MARKER
+            log.warning("run: the job marker of %s was not checked: the Spark Connect server reads only %s/, and a"
+                        " job that reached the store directly writes %s", checkpoint, SERVER_MARKER, JOB_MARKER)
+        return None
 
 
 def _stored(config: JobConfig, spark: "SparkSession | None") -> dict | None:
@@ -114,9 +119,6 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
         log.warning("run: the job marker of %s was not checked: %s", config.checkpoint, exc)
         return
     if stored is None:
-        if _through_server(spark) and _unseen(config, spark):
-            log.warning("run: the job marker of %s was not checked: the Spark Connect server reads only %s/, and a"
-                        " job that reached the store directly wrote %s", config.checkpoint, SERVER_MARKER, JOB_MARKER)
         return
     pipeline = JOB_PIPELINES[config.pipeline]
     want = pipeline.marker_of(config)
@@ -132,17 +134,6 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
             why = kept.why.format(stored=have, want=want[kept.setting], pipeline=config.pipeline)
             raise StateSchemaError(f"run: the checkpoint {config.checkpoint} {why}. Nothing was written. Use"
                                    f" --{kept.setting.replace('_', '-')} {have}, or a new --checkpoint.")
-
-
-def _unseen(config: JobConfig, spark: "SparkSession | None") -> bool:
-    """Whether the checkpoint may hold a marker this process cannot see: it cannot reach the
-    store, and a query ran there (a new checkpoint has no marker to see)."""
-    assert config.checkpoint
-    try:
-        fs.exists(config.checkpoint, spark)
-        return False
-    except fs.FsUnavailable:
-        return planned_sources(config.checkpoint, spark) is not None
 
 
 def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
