@@ -55,6 +55,7 @@ from typing import Any, Callable
 
 from sparkstate.durations import positive_ms
 from sparkstate.io.sources import KAFKA_CONSUMER_DEFAULTS
+from sparkstate.versions import pyspark_minor
 
 from .latency_job import JobTask
 
@@ -64,10 +65,25 @@ PARTITIONS = 2
 #: Contenders of each workload; ``sparkstate-run`` is ``sparkstate run``'s own job (the CLI).
 CONTENDERS = {
     "count": ("java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-inband", "sparkstate-vectorized",
-              "sparkstate-run", "pyspark-tws"),
-    "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"),
+              "sparkstate-run", "pyspark-tws", "pyspark-pandas"),
+    "sessions": ("java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws", "pyspark-pandas"),
 }
 REFERENCE = {"count": "java-mgws", "sessions": "java-fmgws"}
+#: The PySpark minors a contender runs on, where not every supported one: raw PySpark's
+#: transformWithState in Python rows (4.1), the batched engine forced (4.0). A run without
+#: --contenders measures what the installed minor runs; raw applyInPandasWithState stands for raw
+#: PySpark where transformWithState is missing.
+RUNS_FROM = {"pyspark-tws": (4, 1), "sparkstate-batched": (4, 0), "sparkstate-nopack": (4, 0),
+             "sparkstate-vectorized": (4, 0)}
+RUNS_BEFORE = {"pyspark-pandas": (4, 1)}
+
+
+def runs_here(contender: str, workload: str, minor: tuple[int, int]) -> bool:
+    """Whether a run without --contenders measures ``contender`` on PySpark ``minor`` (sessions'
+    ``sparkstate-batched`` is sessionize on the minor's default engine: every minor)."""
+    if workload == "sessions" and contender == "sparkstate-batched":
+        return True
+    return minor >= RUNS_FROM.get(contender, (0, 0)) and minor < RUNS_BEFORE.get(contender, (99, 0))
 
 
 def _count(text: str) -> str:
@@ -90,8 +106,6 @@ def _trigger(text: str) -> str:
 def _checkpoints(text: str) -> str:
     """``filesystem`` or ``filecontext``: Spark's checkpoint file manager on Hadoop's FileSystem
     or FileContext API (Spark's default), by its class name in the installed PySpark."""
-    from sparkstate.versions import pyspark_minor
-
     kind = {"filesystem": "FileSystem", "filecontext": "FileContext"}.get(text.lower())
     if kind is None:
         raise ValueError(f"expected filesystem or filecontext, got {text!r}")
@@ -220,8 +234,9 @@ def plan(args: argparse.Namespace, workload: str) -> list[Variant]:
     named += [f"sparkstate-run+trigger={t}" for t in args.run_triggers]
     variants = [parse_variant(n, workloads) for n in dict.fromkeys(named)]
     out = []
+    minor = pyspark_minor()
     for base in CONTENDERS[workload]:
-        if not given or any(base.startswith(c) for c in prefixes):
+        if any(base.startswith(c) for c in prefixes) or (not given and runs_here(base, workload, minor)):
             out.append(Variant(base, base))
         out += [v for v in variants if v.base == base]
     return out

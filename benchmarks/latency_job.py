@@ -62,6 +62,9 @@ def _count_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
         "java-mgws": lambda df, t: DataFrame(_java(df).RunningCount.apply(df._jdf, "user"), df.sparkSession),
         "pyspark-tws": lambda df, t: df.groupBy("user").transformWithState(
             raw.TwsCounter(), raw.COUNT_OUTPUT, "Update", "None"),
+        # raw PySpark where transformWithState is missing (3.5, 4.0's Row API): applyInPandasWithState
+        "pyspark-pandas": lambda df, t: df.groupBy("user").applyInPandasWithState(
+            raw.pandas_count, raw.COUNT_OUTPUT, raw.COUNT_STATE, "update", "NoTimeout"),
         "sparkstate-batched": lambda df, t: ss.map_groups_with_state(
             df, key="user", func=c.count_per_key, state_type=int, output_type=raw.COUNT_OUTPUT, engine="batched"),
         # the batched engine without its packing step before the shuffle (a setting for latency)
@@ -97,6 +100,9 @@ def _session_builders() -> dict[str, Callable[[DataFrame, JobTask], DataFrame]]:
             _java(df).Sessionizer.apply(_session_input(df, t)._jdf, t.gap_ms, True), df.sparkSession),
         "pyspark-tws": lambda df, t: _session_input(df, t).groupBy("user_id").transformWithState(
             raw.TwsSessionizer(t.gap_ms, emit_on_last=True), c.SESSION_OUTPUT, "Append", "EventTime"),
+        "pyspark-pandas": lambda df, t: _session_input(df, t).groupBy("user_id").applyInPandasWithState(
+            raw.PandasSessionizer(t.gap_ms, emit_on_last=True), c.SESSION_OUTPUT, raw.PANDAS_SESSION_STATE, "append",
+            "EventTimeTimeout"),
         "sparkstate-batched": sparkstate_sessions,
     }
 

@@ -212,8 +212,9 @@ class PandasSessionizer:
     ``setTimeoutTimestamp`` at :func:`final_at` of the first open session (GroupState fires it
     once the watermark is past it). Called with the key's frames, or with none when it timed out."""
 
-    def __init__(self, gap_ms: int) -> None:
+    def __init__(self, gap_ms: int, emit_on_last: bool = False) -> None:
         self.gap_ms = gap_ms
+        self.emit_on_last = emit_on_last  # a session closed by a flag is final at once (TwsSessionizer's)
 
     def __call__(self, key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         events: list = []
@@ -224,7 +225,7 @@ class PandasSessionizer:
             if f.empty:  # a key whose timeout fired comes with no rows
                 continue
             events += zip(_epoch_ms(f["event_time"]), f["is_last"].tolist(), f["data"].tolist())
-        final, rest = split_final(events, state.getCurrentWatermarkMs(), self.gap_ms)
+        final, rest = split_final(events, state.getCurrentWatermarkMs(), self.gap_ms, self.emit_on_last)
         if rest:
             state.update((pickle.dumps(_flatten(rest)),))
             state.setTimeoutTimestamp(final_at(rest[0], self.gap_ms))

@@ -79,7 +79,7 @@ def test_variants_run_after_their_contender_beside_the_others():
     only = _args("--workload", "all", "--contenders", "sparkstate-batched+partitions=1")
     assert [v.name for v in plan(only, "sessions")] == ["sparkstate-batched+partitions=1"]
     everything = _args("--workload", "count", "--variants", "sparkstate-nopack+maxrecords=100")
-    expected = list(CONTENDERS["count"])
+    expected = [c for c in CONTENDERS["count"] if c != "pyspark-pandas"]  # raw PySpark here: transformWithState
     expected.insert(expected.index("sparkstate-nopack") + 1, "sparkstate-nopack+maxrecords=100")
     assert [v.name for v in plan(everything, "count")] == expected
 
@@ -128,9 +128,30 @@ def test_a_plain_run_measures_the_documented_settings_table():
 
     names = [v.name for w in ("count", "sessions") for v in plan(_args(), w)]
     assert set(DOCUMENTED_VARIANTS) <= set(names)
-    assert set(CONTENDERS["count"]) | set(CONTENDERS["sessions"]) <= set(names)
+    # on this PySpark (4.1 or later), raw PySpark is transformWithState: applyInPandasWithState only when named
+    assert (set(CONTENDERS["count"]) | set(CONTENDERS["sessions"])) - set(names) == {"pyspark-pandas"}
+    assert "pyspark-pandas" in [v.name for v in plan(_args("--contenders", "pyspark"), "count")]
     assert [v.name for v in plan(_args("--contenders", "java"), "count")] == ["java-mgws"]
     assert all("+" not in v.name for v in plan(_args("--quick"), "count"))
+
+
+@pytest.mark.parametrize("minor, count, sessions", [
+    ((3, 5), ["java-mgws", "sparkstate-inband", "sparkstate-run", "pyspark-pandas"],
+     ["java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-pandas"]),
+    ((4, 0), ["java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-inband", "sparkstate-vectorized",
+              "sparkstate-run", "pyspark-pandas"],
+     ["java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-pandas"]),
+    ((4, 3), ["java-mgws", "sparkstate-batched", "sparkstate-nopack", "sparkstate-inband", "sparkstate-vectorized",
+              "sparkstate-run", "pyspark-tws"],
+     ["java-fmgws", "sparkstate-batched", "sparkstate-run", "pyspark-tws"]),
+])
+def test_a_run_without_contenders_measures_what_the_installed_pyspark_runs(minor, count, sessions):
+    """Raw PySpark is transformWithState from 4.1 (its Python Row API) and applyInPandasWithState
+    before; the batched engine, forced, needs 4.0; sessionize runs on every minor's default engine."""
+    from benchmarks.latency import runs_here
+
+    assert [c for c in CONTENDERS["count"] if runs_here(c, "count", minor)] == count
+    assert [c for c in CONTENDERS["sessions"] if runs_here(c, "sessions", minor)] == sessions
 
 
 def test_an_input_counts_in_the_phase_that_sent_it_not_the_one_whose_window_its_time_falls_in():
