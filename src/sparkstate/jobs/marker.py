@@ -139,7 +139,8 @@ def check_checkpoint(config: JobConfig, spark: "SparkSession | None" = None) -> 
 def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None:
     """Write the marker of ``config``'s pipeline into its checkpoint, unless the checkpoint has one
     and a planned batch: where this process reaches the store, as :data:`JOB_MARKER`; else, over
-    Spark Connect, through the server into :data:`SERVER_MARKER`."""
+    Spark Connect, through the server into :data:`SERVER_MARKER`, on a checkpoint where no query
+    ran yet."""
     if not config.checkpoint:
         return
     text = json.dumps(JOB_PIPELINES[config.pipeline].marker_of(config)) + "\n"
@@ -155,7 +156,8 @@ def write_marker(config: JobConfig, spark: "SparkSession | None" = None) -> None
         assert spark is not None
         served = fs.join(config.checkpoint, SERVER_MARKER)
         try:
-            if fs.server_files(served, spark) and planned_sources(config.checkpoint, spark) is not None:
+            # only on a checkpoint where no query ran: one that ran may hold a JOB_MARKER the server cannot show
+            if planned_sources(config.checkpoint, spark) is not None:
                 return
             fs.server_write_text(served, text, spark)
         except Exception as failed:  # the server's write: its error, in a sentence
