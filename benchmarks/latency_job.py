@@ -145,7 +145,9 @@ def run(task: JobTask) -> None:
         while not stop.exists():
             if query.awaitTermination(0.2):  # type: ignore[arg-type]  # seconds, a float
                 raise RuntimeError(f"{task.contender}: the query ended: {query.exception()}")
-        Path(task.progress_file).write_text(json.dumps([json.loads(p.json) for p in query.recentProgress]))
+        # PySpark 3.5 gives the reports as dicts, 4.0 and later as StreamingQueryProgress
+        reports = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
+        Path(task.progress_file).write_text(json.dumps(reports))
     finally:
         if query.isActive:
             query.stop()
