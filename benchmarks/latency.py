@@ -78,12 +78,16 @@ RUNS_FROM = {"pyspark-tws": (4, 1), "sparkstate-batched": (4, 0), "sparkstate-no
 RUNS_BEFORE = {"pyspark-pandas": (4, 1)}
 
 
-def runs_here(contender: str, workload: str, minor: tuple[int, int]) -> bool:
-    """Whether a run without --contenders measures ``contender`` on PySpark ``minor`` (sessions'
-    ``sparkstate-batched`` is sessionize on the minor's default engine: every minor)."""
+def runs_here(contender: str, workload: str, minor: tuple[int, int], default: bool = False) -> bool:
+    """Whether ``contender`` runs on PySpark ``minor`` (sessions' ``sparkstate-batched`` is
+    sessionize on the minor's default engine: every minor); with ``default``, whether a run
+    without --contenders measures it there. A run leaves out the others, saying so for one named
+    in full."""
     if workload == "sessions" and contender == "sparkstate-batched":
         return True
-    return minor >= RUNS_FROM.get(contender, (0, 0)) and minor < RUNS_BEFORE.get(contender, (99, 0))
+    if minor < RUNS_FROM.get(contender, (0, 0)):
+        return False
+    return not default or minor < RUNS_BEFORE.get(contender, (99, 0))
 
 
 def _count(text: str) -> str:
@@ -233,13 +237,23 @@ def plan(args: argparse.Namespace, workload: str) -> list[Variant]:
     named = [c for c in given if "+" in c] + list(variants_given)
     named += [f"sparkstate-run+trigger={t}" for t in args.run_triggers]
     variants = [parse_variant(n, workloads) for n in dict.fromkeys(named)]
-    out = []
     minor = pyspark_minor()
+    if args.variants is None and not given:  # the documented table: of the contenders this minor runs
+        variants = [v for v in variants if runs_here(v.base, workload, minor, default=True)]
+    out = []
     for base in CONTENDERS[workload]:
-        if any(base.startswith(c) for c in prefixes) or (not given and runs_here(base, workload, minor)):
+        if (any(base.startswith(c) for c in prefixes) or not given) and runs_here(base, workload, minor,
+                                                                                   default=not given):
             out.append(Variant(base, base))
         out += [v for v in variants if v.base == base]
     return out
+
+
+def left_out(args: argparse.Namespace, workload: str) -> list[str]:
+    """The contenders of ``workload`` named in full in --contenders that the installed PySpark
+    does not run (:func:`runs_here`): :func:`plan` leaves them out, and the run says so first."""
+    minor = pyspark_minor()
+    return [c for c in CONTENDERS[workload] if c in (args.contenders or []) and not runs_here(c, workload, minor)]
 
 
 #: The first seconds of a rate phase are not counted: the job catches up with the change of rate.
@@ -701,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
         with kafka_broker.start() as broker:
             bench = Bench(args, broker.bootstrap, jar, work)
             for w in workloads:
+                for name in left_out(args, w):
+                    print(f"{w}: {name} does not run on PySpark {pyspark_minor()[0]}.{pyspark_minor()[1]}; left out",
+                          flush=True)
                 for variant in plan(args, w):
                     print(f"{w}: {variant.name} ...", flush=True)
                     outcomes.append(bench.run_one(variant, w))

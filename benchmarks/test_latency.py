@@ -150,8 +150,27 @@ def test_a_run_without_contenders_measures_what_the_installed_pyspark_runs(minor
     before; the batched engine, forced, needs 4.0; sessionize runs on every minor's default engine."""
     from benchmarks.latency import runs_here
 
-    assert [c for c in CONTENDERS["count"] if runs_here(c, "count", minor)] == count
-    assert [c for c in CONTENDERS["sessions"] if runs_here(c, "sessions", minor)] == sessions
+    assert [c for c in CONTENDERS["count"] if runs_here(c, "count", minor, default=True)] == count
+    assert [c for c in CONTENDERS["sessions"] if runs_here(c, "sessions", minor, default=True)] == sessions
+    # named, raw applyInPandasWithState runs on every minor; the batched engine never on 3.5
+    assert runs_here("pyspark-pandas", "count", minor)
+    assert runs_here("sparkstate-batched", "count", minor) == (minor >= (4, 0))
+
+
+def test_a_contender_named_in_full_that_this_pyspark_lacks_is_left_out_and_named(monkeypatch):
+    import benchmarks.latency as latency
+
+    monkeypatch.setattr(latency, "pyspark_minor", lambda: (3, 5))
+    args = _args("--contenders", "java", "sparkstate-batched", "sparkstate-inband")
+    assert [v.name for v in plan(args, "count")] == ["java-mgws", "sparkstate-inband"]
+    assert latency.left_out(args, "count") == ["sparkstate-batched"]
+    # a prefix that selects it names nothing: `sparkstate` means what this minor runs
+    prefix = _args("--contenders", "sparkstate")
+    assert "sparkstate-batched" not in [v.name for v in plan(prefix, "count")]
+    assert latency.left_out(prefix, "count") == []
+    # a plain run: the documented settings variants of the contenders 3.5 runs
+    plain = [v.name for v in plan(_args(), "count")]
+    assert "sparkstate-run+trigger=1s" in plain and not any(n.startswith("sparkstate-batched") for n in plain)
 
 
 def test_an_input_counts_in_the_phase_that_sent_it_not_the_one_whose_window_its_time_falls_in():
