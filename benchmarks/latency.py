@@ -707,6 +707,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     workloads = ["count", "sessions"] if args.workload == "all" else [args.workload]
+    minor = pyspark_minor()
+    for w in workloads:  # said before a JVM or the broker starts
+        for name in left_out(args, w):
+            print(f"{w}: {name} does not run on PySpark {minor[0]}.{minor[1]}; left out", flush=True)
+    if not any(plan(args, w) for w in workloads):
+        print(f"latency: no contender to run on PySpark {minor[0]}.{minor[1]}", file=sys.stderr)
+        return 2
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="sparkstate-latency-") as tmp:
         work = Path(args.work or tmp)
@@ -715,9 +722,6 @@ def main(argv: list[str] | None = None) -> int:
         with kafka_broker.start() as broker:
             bench = Bench(args, broker.bootstrap, jar, work)
             for w in workloads:
-                for name in left_out(args, w):
-                    print(f"{w}: {name} does not run on PySpark {pyspark_minor()[0]}.{pyspark_minor()[1]}; left out",
-                          flush=True)
                 for variant in plan(args, w):
                     print(f"{w}: {variant.name} ...", flush=True)
                     outcomes.append(bench.run_one(variant, w))
