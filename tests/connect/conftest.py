@@ -22,7 +22,7 @@ def connect_server_proc():
     try:
         yield srv
     finally:
-        srv.stop()
+        srv.remove()
 
 
 @pytest.fixture(scope="session")

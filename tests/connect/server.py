@@ -5,6 +5,7 @@ classpath (the jars `make kafka` fetched), stopped at the end."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -44,6 +45,11 @@ class ConnectServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)
+
+    def remove(self) -> None:
+        """Stop the server and delete its directory (log, Python wrapper, refusal flags)."""
+        self.stop()
+        shutil.rmtree(self.log.parent, ignore_errors=True)
 
 
 def start(timeout: float = 240.0) -> ConnectServer:

@@ -100,6 +100,11 @@ class PgServer:
         subprocess.run(self._run_as + [str(self._bin / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"],
                        capture_output=True, timeout=60)
 
+    def remove(self) -> None:
+        """Stop the server and delete its directory (data, log, socket)."""
+        self.stop()
+        shutil.rmtree(self.datadir.parent, ignore_errors=True)
+
     def crash(self) -> None:
         """Stop the server the hard way (``-m immediate``: no shutdown checkpoint; transactions in flight
         are lost and the next start runs crash recovery), as a killed server would."""
@@ -173,5 +178,4 @@ def postgres_server() -> Iterator[PgServer]:
     try:
         yield server
     finally:
-        server.stop()
-        shutil.rmtree(server.datadir.parent, ignore_errors=True)
+        server.remove()

@@ -242,7 +242,7 @@ def test_postgres_crash_in_the_middle_of_a_batch_write(spark, clicks, tmp_path):
         _pg_batches_once(server, table)
         print(f"{sessions} sessions exact, {len(dead)} dead letters; {batches_of()} batches committed in all")
     finally:
-        server.stop()
+        server.remove()
 
 
 def _has_table(server, name: str) -> bool:
