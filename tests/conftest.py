@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,13 @@ collect_ignore = [] if os.environ.get("SPARKSTATE_CONNECT_TESTS") else ["connect
 TEST_JIT = "-XX:TieredStopAtLevel=1"
 if TEST_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), TEST_JIT]))
+# Their temporary files too (Spark's local directories, the native libraries Spark's compression
+# codecs unpack) go to one directory the run deletes at its end: a JVM the tests kill on purpose
+# leaves them behind, and on a machine that runs the suite again and again /tmp filled up.
+if "-Djava.io.tmpdir=" not in os.environ["SPARK_SUBMIT_OPTS"]:
+    _JVM_TMP = tempfile.mkdtemp(prefix="sparkstate-tests-jvm-")
+    os.environ["SPARK_SUBMIT_OPTS"] += f" -Djava.io.tmpdir={_JVM_TMP}"
+    atexit.register(shutil.rmtree, _JVM_TMP, ignore_errors=True)
 # No PYTHONPATH for the workers: state functions and dataclasses defined in test modules reach
 # them the way a user's do (sparkstate ships modules that are not installed by value).
 
