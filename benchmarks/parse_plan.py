@@ -10,8 +10,9 @@ and again, and the same is done with a bare ``from_json`` of the schema as the b
 
 Each plan is made from scratch: the DataFrame's query execution, through its physical plan (the
 analyzer's pass over the new projection, the optimizer, the planner and the preparation rules).
-The driver does it alone, so a loaded machine adds noise but not bias. It prints the median and
-the lower quartile per schema, in ms.
+The driver does it alone, with no broker and no stream. It prints the median and the lower
+quartile per schema, in ms. A loaded machine makes every plan slower: compare builds in runs made
+back to back on a quiet one.
 """
 
 from __future__ import annotations
