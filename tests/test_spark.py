@@ -39,7 +39,8 @@ def test_spark_submit_settings_stand_and_the_state_takes_their_partitions(tmp_pa
                           "tz": conf.get("spark.sql.session.timeZone"),
                           "provider": conf.get("spark.sql.streaming.stateStore.providerClass"),
                           "memory": conf.get("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"),
-                          "block": conf.get("spark.sql.streaming.stateStore.rocksdb.blockSizeKB")}}))
+                          "block": conf.get("spark.sql.streaming.stateStore.rocksdb.blockSizeKB"),
+                          "codegen": conf.get("spark.sql.codegen.hugeMethodLimit")}}))
         spark.stop()
     """))
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -53,7 +54,8 @@ def test_spark_submit_settings_stand_and_the_state_takes_their_partitions(tmp_pa
     assert done.returncode == 0, done.stderr[-4000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"partitions": 12, "keys": 7, "shuffle": "12", "tz": "America/New_York",
-                   "provider": ROCKSDB_PROVIDER, "memory": "96", "block": "16"}  # theirs stand; the rest is filled
+                   "provider": ROCKSDB_PROVIDER, "memory": "96", "block": "16",
+                   "codegen": "8000"}  # theirs stand; the rest is filled
 
 
 def test_a_running_session_is_reused_as_it_is_with_one_warning(spark):

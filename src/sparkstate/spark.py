@@ -85,6 +85,12 @@ def default_config() -> dict[str, str]:
         # (10M keys in state, 10K touched: 6.3-6.5 s a batch with 4 KB, 3.5 s with 16 KB; the
         # record: docs/bench/2026-11-26-large-state.md). Files written before keep their size.
         "spark.sql.streaming.stateStore.rocksdb.blockSizeKB": "16",
+        # Whole-stage code generation only where HotSpot compiles the method it generates: HotSpot
+        # leaves a method of more than 8,000 bytes of bytecode to its interpreter, and Spark keeps
+        # such methods up to 65,535 bytes. Over the limit Spark runs the stage's operators each in
+        # smaller compiled methods. The JSON parse with reasons typed 1M records of sessionize's
+        # schema 1.8 times as fast on 4.3, a 20-field schema 3.5 times (benchmarks/parse_rate.py).
+        "spark.sql.codegen.hugeMethodLimit": "8000",
         "spark.python.worker.faulthandler.enabled": "true",
         "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
     })

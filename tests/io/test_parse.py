@@ -47,6 +47,10 @@ CASES = [
     (line(user_id=None, event_time="x" * 100, n="z"),
      "field user_id is null; field event_time: expected timestamp, got '" + "x" * 60 + "...'; "
      "field n: expected bigint, got 'z'"),
+    # Spark holds years outside 1 to 9999, which Python and pandas cannot.
+    (line(event_time="10000-01-01T00:00:00Z", is_last="no"),
+     "field event_time: timestamp out of range (years 1 to 9999), got '10000-01-01T00:00:00Z'; "
+     "field is_last: expected boolean, got 'no'"),
 ]
 
 
@@ -141,6 +145,7 @@ def test_csv_lines(spark):
         "u6,2024-01-01T00:00:05Z,/z,false,1,extra",
         '"u7,unterminated',
         "",
+        "u8,0000-01-01T00:00:00Z,,,x",
     ]
     raw = spark.createDataFrame([(i, v) for i, v in enumerate(lines)], "i int, value string")
     parsed = parse_csv(raw, SCHEMA, required=["user_id", "event_time"], source=raw["i"].cast("string"))
@@ -156,4 +161,6 @@ def test_csv_lines(spark):
         5: expected_fields,
         6: expected_fields,
         7: expected_fields,
+        9: "field event_time: timestamp out of range (years 1 to 9999), got '0000-01-01T00:00:00Z'; "
+           "field n: expected bigint, got 'x'",
     }
