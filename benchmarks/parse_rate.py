@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 LIMIT = "spark.sql.codegen.hugeMethodLimit"
-#: sparkstate's default (sparkstate.spark.default_config) and Spark's.
-LIMITS = {"sparkstate": "8000", "spark": "65535"}
+#: Spark's own default of :data:`LIMIT`, beside sparkstate's (``sparkstate.spark.default_config``).
+SPARKS_LIMIT = "65535"
 
 
 def _value(kind: str, i: "Column") -> "Column":
@@ -77,23 +77,25 @@ def main(argv: list[str] | None = None) -> int:
     import sparkstate as ss
     from sparkstate.io.parse import parse_json
     from sparkstate.jobs.pipelines import JOB_PIPELINES
+    from sparkstate.spark import default_config
 
     schemas = args.schema or [JOB_PIPELINES["sessionize"].schema, WIDE]
     spark = ss.spark_session("parse-rate")
     before = spark.conf.get(LIMIT)
+    limits = {"sparkstate": default_config()[LIMIT], "spark": SPARKS_LIMIT}
     print(f"{'schema':44s} {'limit':>16s} {'median s':>9s} {'records/s':>10s}")
     for schema in schemas:
         frame = records(spark, schema, args.records)
         events = parse_json(frame, schema).events
-        times: dict[str, list[float]] = {name: [] for name in LIMITS}
+        times: dict[str, list[float]] = {name: [] for name in limits}
         for _ in range(args.repeats + 1):  # the first round warms the JIT up and is dropped
-            for name, limit in LIMITS.items():
+            for name, limit in limits.items():
                 spark.conf.set(LIMIT, limit)
                 times[name].append(seconds(events))
         spark.conf.set(LIMIT, before)
         frame.unpersist()
         label = schema if len(schema) <= 44 else schema[:41] + "..."
-        for name, limit in LIMITS.items():
+        for name, limit in limits.items():
             median = statistics.median(times[name][1:])
             print(f"{label:44s} {name + ' ' + limit:>16s} {median:9.2f} {args.records / median:10.0f}")
     return 0

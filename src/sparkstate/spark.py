@@ -89,7 +89,7 @@ def default_config() -> dict[str, str]:
         # leaves a method of more than 8,000 bytes of bytecode to its interpreter, and Spark keeps
         # such methods up to 65,535 bytes. Over the limit Spark runs the stage's operators each in
         # smaller compiled methods. The JSON parse with reasons typed 1M records of sessionize's
-        # schema 1.8 times as fast on 4.3, a 20-field schema 3.5 times (benchmarks/parse_rate.py).
+        # schema 1.7 times as fast on 4.3, a 20-field schema 4.2 times (benchmarks/parse_rate.py).
         "spark.sql.codegen.hugeMethodLimit": "8000",
         "spark.python.worker.faulthandler.enabled": "true",
         "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
