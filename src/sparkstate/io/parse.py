@@ -150,19 +150,25 @@ def _preview(value: Column) -> Column:
     return F.when(F.length(value) > _VALUE_PREVIEW_CHARS, F.concat(cut, F.lit("..."))).otherwise(value)
 
 
-def _type_reason(name: str, dtype: str, text: Column, typed: Column) -> Column:
-    wrong = F.when(
-        text.isNotNull() & typed.isNull(),
-        F.concat(F.lit(f"field {name}: expected {dtype}, got '"), _preview(text), F.lit("'")),
+def _field_reason(name: str, dtype: str, text: Column, typed: Column, absent: list[tuple[Column, str | None]]) -> Column:
+    """One field's reason as one ``CASE`` (a field has at most one): the ``absent`` cases in turn
+    (a condition and its reason, or None for none; together they cover a null ``text``), then
+    ``text`` that did not type, then a date or timestamp outside the years 1 to 9999."""
+    first, *rest = [(cond, F.lit(why) if why is not None else F.lit(None).cast("string")) for cond, why in absent]
+    reason = F.when(*first)
+    for cond, value in rest:
+        reason = reason.when(cond, value)
+    reason = reason.when(
+        typed.isNull(), F.concat(F.lit(f"field {name}: expected {dtype}, got '"), _preview(text), F.lit("'")),
     )
     if dtype not in ("timestamp", "timestamp_ntz", "date"):
-        return wrong
+        return reason
     # Spark holds years far outside 1-9999, which Python, pandas and most sinks cannot: a dead letter.
     year = F.year(typed)
-    return F.coalesce(wrong, F.when(
-        typed.isNotNull() & ((year < 1) | (year > 9999)),
+    return reason.when(
+        (year < 1) | (year > 9999),
         F.concat(F.lit(f"field {name}: {dtype} out of range (years 1 to 9999), got '"), _preview(text), F.lit("'")),
-    ))
+    )
 
 
 def _too_large(raw: Column, max_record_bytes: int) -> Column:
@@ -278,11 +284,11 @@ def parse_json(
     field_reasons = []
     for f, t in zip(struct.fields, texts):
         text = F.col(t)
+        absent: list[tuple[Column, str | None]] = [(text.isNull(), None)]
         if f.name in need:
             has = F.map_contains_key(as_map, f.name)  # a literal: PySpark 3.5 takes no Column here
-            field_reasons.append(F.when(~has, F.lit(f"missing field {f.name}")))
-            field_reasons.append(F.when(has & text.isNull(), F.lit(f"field {f.name} is null")))
-        field_reasons.append(_type_reason(f.name, f.dataType.simpleString(), text, typed.getField(f.name)))
+            absent = [(~has, f"missing field {f.name}"), (text.isNull(), f"field {f.name} is null")]
+        field_reasons.append(_field_reason(f.name, f.dataType.simpleString(), text, typed.getField(f.name), absent))
     reason = F.coalesce(
         _too_large(line, limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
     )
@@ -381,10 +387,11 @@ def check_csv_tokens(
     structure = F.when(corrupt.isNotNull(), F.lit(f"not valid CSV: expected {len(struct.fields)} fields ({names})"))
     field_reasons = []
     for f, token, value in zip(struct.fields, strings, fields):
-        if f.name in need:
-            field_reasons.append(F.when(token.isNull(), F.lit(f"field {f.name} is empty")))
+        empty = f"field {f.name} is empty" if f.name in need else None
         if f.name in typed:
-            field_reasons.append(_type_reason(f.name, f.dataType.simpleString(), token, value))
+            field_reasons.append(_field_reason(f.name, f.dataType.simpleString(), token, value, [(token.isNull(), empty)]))
+        elif empty:
+            field_reasons.append(F.when(token.isNull(), F.lit(empty)))
     reason = F.coalesce(
         _too_large(F.col(RAW), limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
     )
