@@ -88,7 +88,7 @@ def default_config() -> dict[str, str]:
         # Whole-stage code generation only where HotSpot compiles the method it generates: HotSpot
         # leaves a method of more than 8,000 bytes of bytecode to its interpreter, and Spark keeps
         # such methods up to 65,535 bytes. Over the limit Spark runs the stage's operators each in
-        # smaller compiled methods. The JSON parse with reasons typed a 20-field schema 2.3-2.9
+        # smaller compiled methods. The JSON parse with reasons typed a 20-field schema 2.6
         # times as fast on 4.3, sessionize's 4 fields 1.0-1.2 times (benchmarks/parse_rate.py;
         # docs/bench/2026-11-29-parse-one-case.md).
         "spark.sql.codegen.hugeMethodLimit": "8000",
