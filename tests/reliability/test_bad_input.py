@@ -148,6 +148,9 @@ MALFORMED = [  # (line, reason) -- the reasons are the parse step's contract (io
     ('{"user_id": "user-003", "event_time": null, "data": "/u", "is_last": false}', "field event_time is null"),
     ('{"user_id": "user-003", "event_time": "' + T + '", "data": "/u"}', "missing field is_last"),
     ("{}", "missing field user_id; missing field event_time; missing field data; missing field is_last"),
+    # a time Spark holds and Python cannot: refused by the parse, and never handed to Python
+    ('{"user_id": "user-001", "event_time": "0000-01-01T00:00:00Z", "data": "/t", "is_last": false}',
+     "field event_time: timestamp out of range (years 1 to 9999), got '0000-01-01T00:00:00Z'"),
 ]
 HUGE = json.dumps({"user_id": "user-002", "event_time": T, "data": "x" * 1_200_000, "is_last": False})
 
@@ -305,6 +308,7 @@ def _update_lines(pipeline: str, events: list[Event]) -> tuple[list[bytes], list
            json.dumps({**sample, "x": "y" * 1_100_000}).encode()]
     if pipeline == "first-last-activity":
         bad.append(json.dumps({**sample, "timestamp": "yesterday"}).encode())
+        bad.append(json.dumps({**sample, "timestamp": "0000-01-01T00:00:00Z"}).encode())  # out of Python's range
     return good, bad
 
 

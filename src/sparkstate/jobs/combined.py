@@ -47,7 +47,10 @@ def pipeline_input(source: Any, pipeline: JobPipeline, config: SettingValues, *,
     malformed = one_read and refusals.malformed is not None and refusals.malformed(config)
     if not (malformed or refusals.own):
         return source.events, source.dead_letters
-    cols = [F.col(f"`{n}`") for n in source.schema.fieldNames()]
+    # A refused record's fields go to the pipeline null: they may hold what Spark types and Python
+    # cannot take (a timestamp of the year 0), and the pipeline refuses the record by its reason.
+    cols = [F.col(f"`{n}`") if not malformed else F.when(reason.isNull(), F.col(f"`{n}`")).alias(n)
+            for n in source.schema.fieldNames()]
     carried = [F.col(RAW).cast("binary"), F.col(SOURCE)]
     if not refusals.own:  # it refuses only malformed records: only their bytes cross to Python
         carried = [F.when(reason.isNotNull(), c) for c in carried]
