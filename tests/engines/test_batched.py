@@ -254,9 +254,16 @@ def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
     # two keys touched: only their leaves are rewritten; the directories are not, as no leaf's
     # key count or earliest timeout changed
     assert 1 <= updated <= 2, progress["stateOperators"][0]
+    # the two leaves were sealed (layout version 2): each key's state a pickle of its own, so the
+    # next batch that touches one key opens only that one; the leaves of the first batch are whole
+    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(tmp_path / "ck")).collect()
+    forms = {k: type(e[0]) for r in blobs for k, e in pickle.loads(r.user_map_value.blob).items()}
+    assert forms["u0001"] is bytes and forms["u0002"] is bytes
+    assert list(forms.values()).count(tuple) >= 2000 - 2 * 16
+    assert {Directory.loads(r.value.blob).version for r in dirs} == {2}
     state = ss.state.read(spark, tmp_path / "ck")
     assert state.count() == 2000
-    assert state.where("user = 'u0001'").first().value == 3
+    assert state.where("user = 'u0001'").first().value == 3 and state.where("user = 'u0002'").first().value == 2
 
 
 # --- state tools and engine mismatch ----------------------------------------------------------

@@ -20,7 +20,7 @@ from pyspark.sql.types import (ArrayType, BooleanType, IntegerType, LongType, St
 
 from benchmarks.loop import Handle, Times, key_hashes
 from sparkstate.engines.base import StatePlan
-from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN, LEAF_VARIABLE
+from sparkstate.engines.batched.layout import BUCKET_COLUMN, HASH_COLUMN, LEAF_VARIABLE, open_entry
 from sparkstate.engines.batched.packing import packer
 from sparkstate.engines.batched.logic import LogicProcessor
 from sparkstate.engines.batched.processor import BucketProcessor
@@ -134,8 +134,10 @@ def canon(frames: list) -> list:
 
 
 def stored(handle: Handle) -> dict:
+    """Each leaf's entries, their state columns opened (a sealed leaf's pickles of equal values
+    may differ in bytes)."""
     leaves = handle.maps[LEAF_VARIABLE].data
-    return {lid: pickle.loads(blob) for (lid,), (blob,) in leaves.items()}
+    return {lid: {k: open_entry(e) for k, e in pickle.loads(blob).items()} for (lid,), (blob,) in leaves.items()}
 
 
 def events_for(rng: random.Random, batch: int, watermark: int, emit: bool) -> list[tuple]:

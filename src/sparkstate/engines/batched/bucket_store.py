@@ -4,8 +4,10 @@ variable), laid out as :mod:`.layout` describes, and the bucket's one timer.
 
 A call loads the directory (:meth:`BucketStore.load_dir`), then the leaves its keys and due
 timeouts fall in (:meth:`BucketStore.touch`), changes the leaves' entries in place, and hands them
-back (:meth:`BucketStore.commit`): only the leaves whose bytes changed are written, the timer is
-moved to the earliest pending timeout, and the directory is written when it changed.
+back (:meth:`BucketStore.commit`): each leaf sealed by how many of its keys the call changed
+(:func:`.layout.seal_leaf`), only the leaves whose bytes changed written, the timer moved to the
+earliest pending timeout, and the directory written when it changed (or was stored by an
+older layout version).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from ...errors import StateSchemaError
 from ..base import PICKLE_PROTOCOL
 from ..rules import due_keys, is_due, timer_for
 from ..state_fields import relay
-from .layout import DIR_SCHEMA, DIR_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, Directory, \
-    min_timeout, place_keys, scans, split_leaf
+from .layout import DIR_SCHEMA, DIR_VARIABLE, LAYOUT_VERSION, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, \
+    Directory, min_timeout, open_entry, place_keys, scans, seal_leaf, split_leaf
 from .wire import LeafIO
 
 #: For measuring the read choice (benchmarks only): ``scan`` or ``key`` forces one way of reading
@@ -49,6 +51,9 @@ class BucketStore:
         self.leaf_state = handle.getMapState(LEAF_VARIABLE, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA)
         self.leaf_io = LeafIO(self.leaf_state)
         self._blobs: dict[int, bytes] = {}  # the stored bytes of the leaves read for this call
+        #: how many of each leaf's keys this call runs with input (what :meth:`save` seals a leaf by;
+        #: ``None``: the call visits every key of the bucket)
+        self._called: dict[int, int] | None = {}
         self._remap: dict[tuple, Any] = {}
 
     # -- reading ----------------------------------------------------------------------------------
@@ -75,6 +80,12 @@ class BucketStore:
         leaves = d.leaves
         lids = place_keys(leaves, key_hashes)
         need = set(lids)
+        called: dict[int, int] | None = None
+        if not every:
+            called = dict.fromkeys(need, 0)
+            for lid in lids:
+                called[lid] += 1
+        self._called = called
         if every or d.fields != self.fields:
             need.update(lid for lid, (count, _) in leaves.items() if count)
         due: list[int] = []
@@ -114,6 +125,8 @@ class BucketStore:
             idx = self._remap[stored] = relay(stored, self.fields)
         for e in entries.values():
             cols = e[0]
+            if type(cols) is bytes:
+                cols = pickle.loads(cols)
             if cols is not None:
                 e[0] = tuple(None if i is None else cols[i] for i in idx)
         return entries
@@ -122,9 +135,9 @@ class BucketStore:
     def timed_out(touched: dict, due: list[int], now: int, with_rows: Any) -> list[tuple]:
         """The keys of the ``due`` leaves whose timeout is due and that have no new rows
         (``with_rows``), as :func:`~sparkstate.engines.rules.due_keys` orders them: ``(key, hash,
-        leaf id, entry)`` each."""
+        leaf id, entry)`` each, the entry opened (:func:`.layout.open_entry`)."""
         pending = ((k, e[1], (lid, e)) for lid in due for k, e in touched[lid].items())
-        return [(k, e[2], lid, e) for k, (lid, e) in due_keys(pending, now, with_rows)]
+        return [(k, e[2], lid, open_entry(e)) for k, (lid, e) in due_keys(pending, now, with_rows)]
 
     # -- writing ----------------------------------------------------------------------------------
     def commit(self, d: Directory, touched: dict[int, dict], now: int) -> None:
@@ -133,17 +146,19 @@ class BucketStore:
         changed = self.save(d, touched) if touched else False
         before = d.timer
         self.arm(d, now)
-        if changed or d.timer != before or d.fresh:
+        if changed or d.timer != before or d.fresh or d.version != LAYOUT_VERSION:
             self.dir_state.update((d.dumps(),))
+            d.version = LAYOUT_VERSION
 
     def save(self, d: Directory, changed: dict[int, dict]) -> bool:
         """Write the leaves that changed (splitting the big ones), in windows, and refresh their
         directory entries; True if the directory changed (else it need not be written)."""
-        blobs = self._blobs
+        blobs, called = self._blobs, self._called
         puts: list = []
         removes: list = []
         moved = False
         for lid, entries in changed.items():
+            seal_leaf(entries, len(entries) if called is None else called.get(lid, 0))
             parts = split_leaf(lid, entries, self.leaf_rows) if len(entries) > self.leaf_rows else {lid: entries}
             if lid not in parts:
                 del d.leaves[lid]

@@ -16,6 +16,12 @@ as for any transformWithState query):
   hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
   so leaves stay small however many keys the state holds: a batch reads and rewrites only
   the leaves its keys fall in, never the untouched rest of the bucket.
+- A leaf is one pickle of ``key -> [state columns, timeout, hash]``. In layout version 2 a
+  key's state columns may be a pickle of their own (bytes), opened only when the key is called
+  (:func:`open_entry`): a leaf whose keys a call ran with input for fewer than half of is
+  written so (:func:`seal_leaf`), so a batch that touches one key of a leaf does not unpickle
+  and pickle the other keys' state; a leaf most of whose keys had input is written with every
+  key's columns inline, one pickle, as in version 1. Version 1 leaves read as they are.
 - A value state ``sparkstate_dir`` per bucket holds the directory: each leaf's key count and
   earliest pending timeout, the state's field names (for schema evolution) and the bucket's
   one registered timer (the earliest timeout of all its keys).
@@ -49,7 +55,9 @@ BUCKET_COLUMN = "_sparkstate_bucket"
 HASH_COLUMN = "_sparkstate_hash"
 DIR_VARIABLE = "sparkstate_dir"
 LEAF_VARIABLE = "sparkstate_leaves"
-LAYOUT_VERSION = 1
+#: the layout this release writes; it reads :data:`READABLE_VERSIONS`
+LAYOUT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _MAX_DEPTH = 32  # leaves split on the upper 32 bits of the 64-bit key hash
 
 DIR_SCHEMA = StructType([StructField("blob", BinaryType(), True)])
@@ -133,6 +141,41 @@ def split_leaf(lid: int, entries: dict, max_rows: int) -> dict[int, dict]:
 
 
 
+def open_entry(e: Any) -> Any:
+    """A leaf entry (``[cols, timeout, hash]``, or None) with its state columns unpickled in
+    place if the leaf holds them as a pickle of their own (layout version 2)."""
+    if e is not None and type(e[0]) is bytes:
+        e[0] = pickle.loads(e[0])
+    return e
+
+
+#: a leaf a call changed in at least this share of its keys is written with every key's columns inline
+INLINE_SHARE = 0.5
+
+
+def seal_leaf(entries: dict, changed: int) -> dict:
+    """The entries of a leaf as they are written, given how many of its keys a call ran with
+    input (``changed``: those keys' state changes as a rule):
+    every key's columns inline when that is at least :data:`INLINE_SHARE` of them (one pickle
+    of the whole leaf, the cheapest when most keys changed), else each key's columns as a
+    pickle of their own, so that the next call that touches a few of its keys opens only those.
+
+    >>> leaf = {"a": [(1,), None, 7], "b": [pickle.dumps((2,), PICKLE_PROTOCOL), 5, 9], "c": [None, 3, 1]}
+    >>> sparse = seal_leaf(dict(leaf), 1)
+    >>> [type(e[0]).__name__ for e in sparse.values()]
+    ['bytes', 'bytes', 'NoneType']
+    >>> [open_entry(e)[0] for e in seal_leaf(sparse, 2).values()]
+    [(1,), (2,), None]
+    """
+    if changed >= INLINE_SHARE * len(entries):
+        for e in [e for e in entries.values() if type(e[0]) is bytes]:
+            e[0] = pickle.loads(e[0])
+    else:
+        for e in [e for e in entries.values() if type(e[0]) is tuple]:
+            e[0] = pickle.dumps(e[0], PICKLE_PROTOCOL)
+    return entries
+
+
 def min_timeout(entries: dict) -> int | None:
     m = None
     for e in entries.values():
@@ -155,6 +198,9 @@ class Directory:
     state_schema: str
     #: not stored yet (not saved in the blob)
     fresh: bool = False
+    #: the layout version it was stored with (written again as :data:`LAYOUT_VERSION` with the
+    #: bucket's next commit, so that an older release refuses a bucket whose leaves it cannot read)
+    version: int = LAYOUT_VERSION
 
     @staticmethod
     def new(buckets: int, fields: tuple[str, ...], key_schema: str, state_schema: str) -> "Directory":
@@ -167,10 +213,12 @@ class Directory:
     @staticmethod
     def loads(blob: bytes) -> "Directory":
         version, *rest = pickle.loads(blob)
-        if version != LAYOUT_VERSION:
-            raise StateSchemaError(f"batched engine: state layout version {version} is not supported (expected {LAYOUT_VERSION})")
+        if version not in READABLE_VERSIONS:
+            raise StateSchemaError(
+                f"batched engine: state layout version {version} is not supported (this release reads versions"
+                f" {', '.join(map(str, READABLE_VERSIONS))}): the checkpoint was written by a newer sparkstate")
         buckets, fields, leaves, timer, key_schema, state_schema = rest
-        return Directory(buckets, tuple(fields), leaves, timer, key_schema, state_schema)
+        return Directory(buckets, tuple(fields), leaves, timer, key_schema, state_schema, version=version)
 
     def earliest(self) -> int | None:
         return min((m for _, m in self.leaves.values() if m is not None), default=None)
@@ -243,11 +291,11 @@ def stored_layout(spark: Any, checkpoint: str, operator: dict[str, Any]) -> Stor
     """The batched layout of an operator's state (by its state variables), or None."""
     names = operator["state_variables"]
     if DIR_VARIABLE in names and LEAF_VARIABLE in names:
-        return Layout1(spark, checkpoint, operator)
+        return LeafLayout(spark, checkpoint, operator)
     return None
 
 
-class Layout1(StoredLayout):
+class LeafLayout(StoredLayout):
     engine = ENGINE
     version = LAYOUT_VERSION
     #: The latest batch's directories, once read (the checkpoint check reads them twice).
@@ -309,6 +357,8 @@ class Layout1(StoredLayout):
         def decode(row: Any) -> Any:
             fit = bucket_relayers.get(row[0], default_fit)
             for k, (cols, timeout, _h) in pickle.loads(row[1]).items():
+                if type(cols) is bytes:
+                    cols = pickle.loads(cols)
                 if cols is not None and fit is not None:
                     cols = fit(cols)
                 keys = (k,) if single else tuple(k)

@@ -25,6 +25,7 @@ from ..row_values import arrow_column_converter
 from ..runtime import arrow_type
 from .bucket_store import BucketStore
 from .grouping import Grouper
+from .layout import open_entry
 from .processor import TableProcessor
 
 
@@ -77,7 +78,7 @@ class LogicCalls:
         keys = list(where)
         hashes = list(inp.hashes)
         lids = list(lids)
-        entries = [touched[lid].get(k) for k, lid in zip(keys, lids)]
+        entries = [open_entry(touched[lid].get(k)) for k, lid in zip(keys, lids)]
         n_input = len(keys)
         for k, h, lid, e in BucketStore.timed_out(touched, due, now, where):
             where[k] = len(keys)

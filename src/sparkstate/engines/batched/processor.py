@@ -23,6 +23,7 @@ from ..row_values import output_frame_maker
 from ..runtime import StatefulProcessor
 from .bucket_store import BucketStore
 from .grouping import Grouper, gc_paused
+from .layout import open_entry
 
 
 class BucketProcessor(StatefulProcessor, Calls):
@@ -80,6 +81,8 @@ class BucketProcessor(StatefulProcessor, Calls):
                 old = None
             else:
                 cols, old = entry[0], entry[1]
+                if type(cols) is bytes:  # a leaf sealed sparse (layout.open_entry)
+                    cols = open_entry(entry)[0]
                 if cols is None:
                     state.begin_call(None, False, timed_out)
                 else:

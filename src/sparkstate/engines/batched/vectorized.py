@@ -18,6 +18,7 @@ from ..batch_rules import NO_ENTRY, BatchRules
 from ..runtime import arrow_type
 from .engine import BatchedEngine
 from .grouping import key_cuts
+from .layout import open_entry
 from .processor import TableProcessor
 
 
@@ -78,7 +79,7 @@ class VectorProcessor(TableProcessor):
         else:
             keys, hashes = [], []
         lids, due, touched = store.touch(d, hashes, now)
-        entries = [touched[lid].get(k, NO_ENTRY) for k, lid in zip(keys, lids)]
+        entries = [open_entry(touched[lid].get(k, NO_ENTRY)) for k, lid in zip(keys, lids)]
         n_input = len(keys)
         for k, h, lid, e in store.timed_out(touched, due, now, set(keys)):
             keys.append(k)
