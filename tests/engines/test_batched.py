@@ -254,16 +254,62 @@ def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
     # two keys touched: only their leaves are rewritten; the directories are not, as no leaf's
     # key count or earliest timeout changed
     assert 1 <= updated <= 2, progress["stateOperators"][0]
-    # the two leaves were sealed (layout version 2): each key's state a pickle of its own, so the
-    # next batch that touches one key opens only that one; the leaves of the first batch are whole
+    # a count is a small state: its leaves stay whole (layout.seal_leaf), one pickle each
     blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(tmp_path / "ck")).collect()
-    forms = {k: type(e[0]) for r in blobs for k, e in pickle.loads(r.user_map_value.blob).items()}
-    assert forms["u0001"] is bytes and forms["u0002"] is bytes
-    assert list(forms.values()).count(tuple) >= 2000 - 2 * 16
+    assert {type(e[0]) for r in blobs for e in pickle.loads(r.user_map_value.blob).values()} == {tuple}
     assert {Directory.loads(r.value.blob).version for r in dirs} == {2}
     state = ss.state.read(spark, tmp_path / "ck")
     assert state.count() == 2000
     assert state.where("user = 'u0001'").first().value == 3 and state.where("user = 'u0002'").first().value == 2
+
+
+@dataclass
+class Trail:
+    pages: list[str]
+
+
+def _trail(user, rows, state):
+    t = state.getOption or Trail([])
+    t.pages += [r.page for r in rows]
+    state.update(t)
+    return (user, len(t.pages), t.pages[-1])
+
+
+def test_a_batch_that_touches_few_keys_seals_their_leaves_and_state_reads_back_exact(spark, tmp_path):
+    """Layout version 2 through Spark: a leaf whose keys a batch ran with input for few of is
+    written sealed (each key's state a pickle of its own), the others stay whole; the state tools
+    and a restarted query read both."""
+    land = LandingDir(tmp_path / "in")
+    start = "/start/" + "s" * 60  # a state larger than SEAL_MIN_KEY_BYTES a key
+    land.add([{"user": f"u{i:04d}", "page": f"{start}/{i}"} for i in range(1000)])
+
+    def query():
+        return ss.map_groups_with_state(land.stream(spark, "user string, page string"), key="user", func=_trail,
+                                        state_type=Trail, output_type="user string, n long, last string",
+                                        engine=BatchedEngine(buckets=2, leaf_rows=16))
+
+    with StreamRun(spark, query(), tmp_path / "ck", landing=land) as run:
+        run.wait_input()
+        land.add([{"user": "u0001", "page": "/second"}, {"user": "u0002", "page": "/second"}])
+        run.wait_input()
+    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(tmp_path / "ck")).collect()
+    leaves = [pickle.loads(r.user_map_value.blob) for r in blobs]
+    forms = {k: type(e[0]) for leaf in leaves for k, e in leaf.items()}
+    assert forms["u0001"] is bytes and forms["u0002"] is bytes
+    sealed = [leaf for leaf in leaves if "u0001" in leaf or "u0002" in leaf]
+    assert all(type(e[0]) is bytes for leaf in sealed for e in leaf.values())  # the whole leaf, sealed
+    assert list(forms.values()).count(tuple) == 1000 - sum(len(leaf) for leaf in sealed) > 900
+    state = ss.state.read(spark, tmp_path / "ck").toPandas().set_index("user")
+    assert len(state) == 1000 and list(state.loc["u0001", "pages"]) == [f"{start}/1", "/second"]
+    assert list(state.loc["u0500", "pages"]) == [f"{start}/500"]
+    # a restarted query opens a sealed key and a whole one
+    neighbour = next(k for leaf in sealed for k in leaf if k not in ("u0001", "u0002"))
+    land.add([{"user": "u0001", "page": "/third"}, {"user": neighbour, "page": "/again"},
+              {"user": "u0500", "page": "/again"}])
+    with StreamRun(spark, query(), tmp_path / "ck", landing=land) as run:
+        run.wait_input(3)
+        rows = sorted(tuple(r) for r in run.rows)
+    assert rows == sorted([("u0001", 3, "/third"), (neighbour, 2, "/again"), ("u0500", 2, "/again")])
 
 
 # --- state tools and engine mismatch ----------------------------------------------------------

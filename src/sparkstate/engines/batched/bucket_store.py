@@ -158,7 +158,7 @@ class BucketStore:
         removes: list = []
         moved = False
         for lid, entries in changed.items():
-            seal_leaf(entries, len(entries) if called is None else called.get(lid, 0))
+            seal_leaf(entries, len(entries) if called is None else called.get(lid, 0), len(blobs.get(lid, b"")))
             parts = split_leaf(lid, entries, self.leaf_rows) if len(entries) > self.leaf_rows else {lid: entries}
             if lid not in parts:
                 del d.leaves[lid]
