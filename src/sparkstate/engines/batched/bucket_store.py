@@ -4,8 +4,8 @@ variable), laid out as :mod:`.layout` describes, and the bucket's one timer.
 
 A call loads the directory (:meth:`BucketStore.load_dir`), then the leaves its keys and due
 timeouts fall in (:meth:`BucketStore.touch`), changes the leaves' entries in place, and hands them
-back (:meth:`BucketStore.commit`): each leaf sealed by how many of its keys the call changed
-(:func:`.layout.seal_leaf`), only the leaves whose bytes changed written, the timer moved to the
+back (:meth:`BucketStore.commit`): each leaf sealed or whole by how many of its keys the call
+ran with input for (:func:`.layout.seal_leaf`), only the leaves whose bytes changed written, the timer moved to the
 earliest pending timeout, and the directory written when it changed (or was stored by an
 older layout version).
 """
@@ -76,7 +76,8 @@ class BucketStore:
         """The leaf of each key hash, the leaves holding a due timeout, and every leaf the call
         needs, read: those two, or all of the bucket's when its state type changed (the
         directory records one field layout for the whole bucket, so they are all re-laid now) or
-        when the call visits ``every`` key of the bucket."""
+        when the call visits ``every`` key of the bucket. How many of each leaf's keys have input
+        is kept for :meth:`save` (:func:`.layout.seal_leaf`)."""
         leaves = d.leaves
         lids = place_keys(leaves, key_hashes)
         need = set(lids)
@@ -124,9 +125,7 @@ class BucketStore:
         if idx is None:
             idx = self._remap[stored] = relay(stored, self.fields)
         for e in entries.values():
-            cols = e[0]
-            if type(cols) is bytes:
-                cols = pickle.loads(cols)
+            cols = open_entry(e)[0]
             if cols is not None:
                 e[0] = tuple(None if i is None else cols[i] for i in idx)
         return entries

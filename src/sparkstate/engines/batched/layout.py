@@ -164,7 +164,7 @@ def seal_leaf(entries: dict, changed: int, stored_bytes: int) -> dict:
     that is at least :data:`INLINE_SHARE` of the keys or the leaf is small
     (:data:`SEAL_MIN_KEY_BYTES`), else each key's columns as a pickle of their own, so that the
     next call that touches a few of its keys opens only those (measured: a leaf of 48 keys of
-    about 100 bytes, one key touched, 15 µs a read and write against 45-50 µs whole; with 40-55
+    about 100 bytes, one key touched, 15 µs a read and write against 43-48 µs whole; with 37-56
     bytes a key, 15-19 µs either way).
 
     >>> leaf = {"a": [(1,), None, 7], "b": [pickle.dumps((2,), PICKLE_PROTOCOL), 5, 9], "c": [None, 3, 1]}
@@ -366,9 +366,8 @@ class LeafLayout(StoredLayout):
 
         def decode(row: Any) -> Any:
             fit = bucket_relayers.get(row[0], default_fit)
-            for k, (cols, timeout, _h) in pickle.loads(row[1]).items():
-                if type(cols) is bytes:
-                    cols = pickle.loads(cols)
+            for k, e in pickle.loads(row[1]).items():
+                cols, timeout = open_entry(e)[:2]
                 if cols is not None and fit is not None:
                     cols = fit(cols)
                 keys = (k,) if single else tuple(k)
