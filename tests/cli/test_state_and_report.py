@@ -52,7 +52,7 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     stats = capsys.readouterr().out
     assert f"keys: {len(expected_keys)} ({len(expected_keys)} with a pending timeout)" in stats
     assert "time mode EventTime" in stats and "partition 0:" in stats
-    assert "layout: batched engine, version 1, 2 state partitions, buckets 8" in stats  # 2 partitions: 8
+    assert "layout: batched engine, version 2, 2 state partitions, buckets 8" in stats  # 2 partitions: 8
     # five users hold a leaf or two per bucket: too few for a scan to pay, every read is by key
     assert " buckets, " in stats and "every bucket has fewer than 8 leaves and is read leaf by leaf" in stats
 
