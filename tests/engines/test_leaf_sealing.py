@@ -4,7 +4,7 @@ and opened key by key; a leaf most of whose keys had input is written whole, as 
 every leaf. Asserted: the same outputs and the same state as leaves always written whole, batch
 after batch in shuffled orders, for the per-key loop and the columnar sessionizer; a version 1
 bucket goes on under version 2; a version this release does not know is refused in a sentence.
-Through Spark: tests/engines/test_batched.py (a batch that touches two keys of 2,000)."""
+Through Spark: tests/engines/test_batched.py (a list state's batch that touches two keys of 1,000)."""
 
 from __future__ import annotations
 

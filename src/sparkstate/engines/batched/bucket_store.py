@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections import Counter
 from typing import Any
 
 from ...errors import StateSchemaError
@@ -81,12 +82,7 @@ class BucketStore:
         leaves = d.leaves
         lids = place_keys(leaves, key_hashes)
         need = set(lids)
-        called: dict[int, int] | None = None
-        if not every:
-            called = dict.fromkeys(need, 0)
-            for lid in lids:
-                called[lid] += 1
-        self._called = called
+        self._called = None if every else Counter(lids)
         if every or d.fields != self.fields:
             need.update(lid for lid, (count, _) in leaves.items() if count)
         due: list[int] = []
