@@ -281,7 +281,12 @@ def _registry(workload: str) -> list[Contender]:
                                    "sessionize(late=\"emit\") as `sparkstate run` runs it (late rows out with a"
                                    " reason; the input packed), its sessions", _sparkstate_sessions(None, emit=True),
                                    "append", by_default=False))
-            if per_key_engine is not None:
+            if per_key_engine is not None:  # the batched engine is there
+                found.append(Contender("sparkstate-emit-nopack", "sessions", "sparkstate",
+                                       "sessionize(late=\"emit\") without the packing step (`sparkstate run"
+                                       " sessionize`'s default since 2026-11-29), its sessions",
+                                       _sparkstate_sessions(BatchedEngine(pack=False), emit=True), "append",
+                                       by_default=False, needs=tws_pandas))
                 found.append(Contender("sparkstate-perkey", "sessions", "sparkstate",
                                        "sessionize on the batched engine's per-key loop (before the columnar"
                                        " sessionizer)", _sparkstate_sessions(per_key_engine), "append",

@@ -53,6 +53,14 @@ def test_a_tws_checkpoint_goes_on_without_engine_and_refuses_another_one(spark, 
     assert "tws" in err and "Traceback" not in err, err
     assert "u4" not in {r.user_id for r in spark.read.parquet(str(out)).collect()}
 
+    # A job reading Kafka does not pack sessionize's input by default; on this checkpoint that default goes
+    # on with the tws engine, not with the batched engine its no-packing would need (that is refused above).
+    events = spark.readStream.schema(JOB_PIPELINES["sessionize"].schema).json(str(land))
+    kafka = JobConfig("sessionize", source="kafka:localhost:9092/clicks", checkpoint=str(ck))
+    assert kafka.pack is False
+    JOB_PIPELINES["sessionize"].build(events, kafka, spark).explain()
+    assert "TransformWithState" in capsys.readouterr().out
+
 
 def test_the_engine_is_chosen_in_one_place():
     assert choose_engine(None).name == "batched"
@@ -104,6 +112,14 @@ def test_no_pack_leaves_out_the_packing_step_and_a_checkpoint_takes_either(spark
         JOB_PIPELINES["sessionize"].build(events, JobConfig("sessionize", source="files:x", pack=pack), spark).explain()
         plans[pack] = capsys.readouterr().out
     assert "MapInArrow" in plans[True] and "MapInArrow" not in plans[False] and "TransformWithState" in plans[False]
+    # Not given: sessionize packs what a files: source reads (large batches), not what kafka: streams.
+    for source, packed in (("files:x", True), ("kafka:localhost:9092/clicks", False)):
+        JOB_PIPELINES["sessionize"].build(events, JobConfig("sessionize", source=source), spark).explain()
+        assert ("MapInArrow" in capsys.readouterr().out) is packed, source
+    JOB_PIPELINES["running-count"].build(
+        spark.readStream.schema("word string").json(str(tmp_path / "nothing")),
+        JobConfig("running-count", source="kafka:localhost:9092/words"), spark).explain()
+    assert "MapInArrow" in capsys.readouterr().out  # the count packs: it sustains more so
 
     # One checkpoint run packed, then without packing, then packed again: packing does not change the state's
     # layout, so the sessions are the reference's. Each third of the events lands shuffled.

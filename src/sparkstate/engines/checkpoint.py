@@ -114,6 +114,18 @@ def _layout_of(spark: "SparkSession", checkpoint: str, op: dict[str, Any]) -> St
     return None
 
 
+def written_by(spark: "SparkSession", checkpoint: str | os.PathLike | None) -> str | None:
+    """The engine whose layout ``checkpoint``'s state has; ``None`` without a checkpoint or
+    committed state, or for state this process cannot read (the query's own check of the
+    checkpoint then says why)."""
+    if checkpoint is None:
+        return None
+    try:
+        return stored_layout(spark, checkpoint).engine if has_state(checkpoint, spark) else None
+    except (StateSchemaError, fs.FsUnavailable):
+        return None
+
+
 def stored_layout(spark: "SparkSession", checkpoint: str | os.PathLike) -> StoredLayout:
     """The sparkstate state of ``checkpoint``, as the engine that wrote it reads it back.
 

@@ -58,7 +58,7 @@ _VALUE_PREVIEW_CHARS = 60
 # Internal column names of the checked frame.
 RAW, REASON, SOURCE = "_sparkstate_raw", "_sparkstate_reason", "_sparkstate_source"
 _CORRUPT = "_sparkstate_corrupt"
-_TYPED, _MAP = "_sparkstate_typed", "_sparkstate_map"
+_TYPED, _MAP, _FIELDS = "_sparkstate_typed", "_sparkstate_map", "_sparkstate_field_reasons"
 #: The characters Spark's CSV parser (univocity) reads at a time, per parser. Its default, 1M
 #: characters, is a 2 MB array for every parser (each file read, each from_csv in each task): a
 #: "humongous" object for the JVM's G1 collector that fragments a 1 GB heap until it runs out.
@@ -169,6 +169,21 @@ def _field_reason(name: str, dtype: str, text: Column, typed: Column, absent: li
         (year < 1) | (year > 9999),
         F.concat(F.lit(f"field {name}: {dtype} out of range (years 1 to 9999), got '"), _preview(text), F.lit("'")),
     )
+
+
+def _joined(field_reasons: list[Column]) -> Column:
+    """The fields' reasons joined with ``"; "`` (``""`` for none), as the column :data:`_FIELDS`.
+
+    A column of its own, computed once: ``nullif(x, "")`` in the reason would be ``if(x = "",
+    null, x)`` with ``x`` copied twice (Spark 3.5 to 4.3 rewrite it so), and the optimizer and the
+    code generator would walk every field's checks twice in every micro-batch's plan.
+    """
+    return once(F.concat_ws("; ", *field_reasons)).alias(_FIELDS)
+
+
+def _field_reasons_or_null() -> Column:
+    """The column :func:`_joined` made, null when no field has a reason."""
+    return F.nullif(F.col(_FIELDS), F.lit(""))
 
 
 def _too_large(raw: Column, max_record_bytes: int) -> Column:
@@ -289,9 +304,8 @@ def parse_json(
             has = F.map_contains_key(as_map, f.name)  # a literal: PySpark 3.5 takes no Column here
             absent = [(~has, f"missing field {f.name}"), (text.isNull(), f"field {f.name} is null")]
         field_reasons.append(_field_reason(f.name, f.dataType.simpleString(), text, typed.getField(f.name), absent))
-    reason = F.coalesce(
-        _too_large(line, limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
-    )
+    step = step.select("*", _joined(field_reasons))
+    reason = F.coalesce(_too_large(line, limit), structure, _field_reasons_or_null())
     checked = step.select(
         *[typed.getField(f.name).alias(f.name) for f in struct.fields],
         line,
@@ -392,9 +406,8 @@ def check_csv_tokens(
             field_reasons.append(_field_reason(f.name, f.dataType.simpleString(), token, value, [(token.isNull(), empty)]))
         elif empty:
             field_reasons.append(F.when(token.isNull(), F.lit(empty)))
-    reason = F.coalesce(
-        _too_large(F.col(RAW), limit), structure, F.nullif(F.concat_ws("; ", *field_reasons), F.lit(""))
-    )
+    step = step.select("*", _joined(field_reasons))
+    reason = F.coalesce(_too_large(F.col(RAW), limit), structure, _field_reasons_or_null())
     checked = step.select(
         *[c.alias(f.name) for f, c in zip(struct.fields, fields)],
         F.col(RAW),

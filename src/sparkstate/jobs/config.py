@@ -59,6 +59,22 @@ def default_trigger(config: "JobConfig") -> str:
     return "0 seconds"
 
 
+def default_pack(config: "JobConfig") -> bool:
+    """Whether a job that does not say (``--pack``/``--no-pack``) packs its input before the
+    shuffle: yes when its source is scheduled (:data:`~sparkstate.jobs.settings.SCHEDULED_SOURCES`:
+    large batches, where packing sustains more) or its pipeline packs streamed input
+    (:attr:`~sparkstate.jobs.pipelines.JobPipeline.packs_streamed`); so not for sessionize
+    reading ``kafka:`` or ``socket:``.
+
+    >>> default_pack(JobConfig("sessionize", source="kafka:localhost:9092/clicks"))
+    False
+    >>> default_pack(JobConfig("sessionize", source="files:/in")), default_pack(
+    ...     JobConfig("running-count", source="kafka:localhost:9092/words"))
+    (True, True)
+    """
+    return config.source_spec.kind in SCHEDULED_SOURCES or JOB_PIPELINES[config.pipeline].packs_streamed
+
+
 def all_settings() -> dict[str, Setting]:
     """Every setting by name: the job's (:data:`~sparkstate.jobs.settings.JOB_SETTINGS`), then each pipeline's."""
     out = {s.name: s for s in JOB_SETTINGS}
@@ -151,6 +167,8 @@ class JobConfig:
         object.__setattr__(self, "deadletter_spec", dead_spec)
         if values["trigger"] is None:  # decided from this config's source and pipeline settings, set above
             values["trigger"] = default_trigger(self)
+        if values["pack"] is None:
+            values["pack"] = default_pack(self)
         check_pack(self)
         check = JOB_PIPELINES[pipeline].check
         if check is not None:

@@ -27,7 +27,9 @@ from pyspark.sql import functions as F
 
 from .. import fs
 from ..ddl import column_names
+from ..compile import choose_engine
 from ..engines import DEFAULT_ENGINE, BatchedEngine, default_engine
+from ..engines.checkpoint import written_by
 from ..engines.runtime import TRANSFORM_WITH_STATE_IN_PANDAS
 from ..errors import ConfigError
 from ..io.parse import RAW, REASON, SOURCE
@@ -105,7 +107,10 @@ class JobPipeline:
     (:func:`~sparkstate.jobs.marker.check_checkpoint`). ``processing_timers(config)``: whether its
     operator has processing-time timers with these settings; Spark then runs a batch at every
     trigger, data or not, so such a job's trigger is never 0 by default
-    (:func:`~sparkstate.jobs.config.default_trigger`).
+    (:func:`~sparkstate.jobs.config.default_trigger`). ``packs_streamed``: whether a job of it
+    packs its input by default when the source streams records as they come (``kafka:``,
+    ``socket:``; :func:`~sparkstate.jobs.config.default_pack`): there batches are small, and
+    packing's Python stage before the shuffle is time added to each of them.
     """
 
     name: str
@@ -119,6 +124,7 @@ class JobPipeline:
     check: Callable[[SettingValues], None] | None = None
     marker: tuple[Kept, ...] = ()
     processing_timers: Callable[[SettingValues], bool] | None = None
+    packs_streamed: bool = True
 
     @property
     def rejects(self) -> bool:
@@ -142,7 +148,7 @@ CARRY = (RAW, SOURCE)
 def _sessionize(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
     # Late events (and, with max_future_skew, far-future ones) come out with a reason; nothing is dropped.
     return sessionize(events, gap=cfg.gap, time_mode=cfg.time_mode, watermark=cfg.watermark,
-                      engine=_engine(cfg), late="emit", carry=[c for c in CARRY if c in events.columns],
+                      engine=_engine(cfg, spark), late="emit", carry=[c for c in CARRY if c in events.columns],
                       reason=REASON if REASON in events.columns else None,  # event time: Refusals.malformed
                       max_future_skew=cfg.max_future_skew,  # event time only: _check_sessionize
                       checkpoint=cfg.checkpoint, emit_on_last=cfg.emit_on_last,
@@ -157,16 +163,23 @@ def _refusing(events: "DataFrame") -> dict[str, Any]:
     return {"reason": REASON, "carry": [c for c in CARRY if c in events.columns]}
 
 
-def _engine(cfg: SettingValues) -> "str | BatchedEngine | None":
-    # None: the engine that wrote the checkpoint's state, else the default (sparkstate.compile.choose_engine).
-    # --no-pack: the batched engine without its packing step (check_pack refuses it beside another engine).
-    return cfg.engine if cfg.pack else BatchedEngine(pack=False)
+def _engine(cfg: SettingValues, spark: "SparkSession") -> "str | BatchedEngine | None":
+    """The ``engine=`` of the job's operator. ``None``: the engine that wrote the checkpoint's
+    state, else the default (:func:`sparkstate.compile.choose_engine`). Without packing: the batched
+    engine without its packing step, when ``--no-pack`` was given (:func:`check_pack` refuses it
+    beside another engine) or when the job runs on the batched engine anyway (the pipeline's
+    default, :func:`~sparkstate.jobs.config.default_pack`, says nothing about other engines)."""
+    if cfg.pack:
+        return cfg.engine
+    if cfg.given("pack") or choose_engine(cfg.engine, written_by(spark, cfg.checkpoint)).name == DEFAULT_ENGINE:
+        return BatchedEngine(pack=False)
+    return cfg.engine
 
 
 def check_pack(cfg: SettingValues) -> None:
     """Refuse ``pack=False`` (``--no-pack``) on a job whose engine does not pack by choice: only
-    the batched engine's packing step can be left out."""
-    if cfg.pack:
+    the batched engine's packing step can be left out. A pipeline's default never is."""
+    if cfg.pack or not cfg.given("pack"):
         return
     engine = cfg.engine or default_engine()
     if engine == DEFAULT_ENGINE:
@@ -232,7 +245,7 @@ def _initial(spark: "SparkSession", cfg: SettingValues, schema: str | None) -> "
 
 
 def _visited_pages(events: "DataFrame", cfg: SettingValues, spark: "SparkSession") -> "DataFrame":
-    return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg),
+    return visited_pages(events, initial_state=_initial(spark, cfg, INITIAL_STATE_SCHEMA), engine=_engine(cfg, spark),
                          checkpoint=cfg.checkpoint, **_refusing(events))
 
 
@@ -276,20 +289,20 @@ JOB_PIPELINES: dict[str, JobPipeline] = {
             refusals=Refusals(REJECTED, ("event_time", "data", "is_last"), late=LATE_PREFIX,
                               malformed=lambda cfg: cfg.time_mode == "event"),
             settings=SESSIONIZE_SETTINGS, check=_check_sessionize,
-            processing_timers=lambda cfg: cfg.time_mode == "processing",
+            processing_timers=lambda cfg: cfg.time_mode == "processing", packs_streamed=False,
             marker=(Kept("time_mode", "holds {stored}-time {pipeline} state, and this job runs in {want} time: its"
                                       " pending timeouts would be read on the wrong clock"),),
         ),
         JobPipeline(
             "first-last-activity", "user string, timestamp timestamp, activity string", "update",
-            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg), checkpoint=cfg.checkpoint,
+            lambda events, cfg, spark: first_last_activity(events, engine=_engine(cfg, spark), checkpoint=cfg.checkpoint,
                                                            initial_state=_initial(spark, cfg, None),
                                                            **_refusing(events)),
             "spans emitted", refusals=MALFORMED_ONLY,
         ),
         JobPipeline(
             "running-count", "word string", "update",
-            lambda events, cfg, spark: running_count(events, engine=_engine(cfg), checkpoint=cfg.checkpoint,
+            lambda events, cfg, spark: running_count(events, engine=_engine(cfg, spark), checkpoint=cfg.checkpoint,
                                                      initial_state=_initial(spark, cfg, None), **_refusing(events)),
             "counts emitted", refusals=MALFORMED_ONLY,
         ),

@@ -241,7 +241,8 @@ def _job_settings() -> tuple[Setting, ...]:
                           " the fastest)", metavar="NAME", check=_engine),
         Setting("pack", "batched engine: cut each micro-batch's input into Arrow blobs by bucket before the shuffle"
                         " (more records a second in large batches); --no-pack makes a small batch faster: less"
-                        " latency at low rates (docs/performance.md, Settings for low latency)", True, kind="bool"),
+                        " latency at low rates (default: on, except sessionize reading kafka: or socket:;"
+                        " docs/performance.md, Settings for low latency)", kind="bool"),
         Setting("packages", "Maven coordinates Spark resolves at start (spark.jars.packages), e.g. Spark's Kafka"
                             " connector for kafka: sources and sinks", metavar="COORDS"),
         Setting("jars", "local jar files for Spark's classpath (spark.jars), comma-separated (default for kafka:"
