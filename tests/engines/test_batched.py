@@ -242,11 +242,14 @@ def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
                                    output_type="user string, n long", engine=engine)
     with StreamRun(spark, out, tmp_path / "ck", landing=land) as run:
         run.wait_input()
+        # the first sparse batch on a leaf may split it (layout.split_rows), the next one cannot
         land.add([{"user": "u0001"}, {"user": "u0002"}, {"user": "u0001"}])
         run.wait_input()
-        progress = [p for p in run.query.recentProgress if p["numInputRows"] == 3][-1]
+        land.add([{"user": "u0001"}, {"user": "u0002"}])
+        run.wait_input()
+        progress = [p for p in run.query.recentProgress if p["numInputRows"] == 2][-1]
         rows = sorted(tuple(r) for r in run.rows)
-    assert ("u0001", 3) in rows and ("u0002", 2) in rows and len(rows) == 2002
+    assert ("u0001", 4) in rows and ("u0002", 3) in rows and len(rows) == 2004
     dirs = spark.read.format("statestore").option("stateVarName", DIR_VARIABLE).load(str(tmp_path / "ck")).collect()
     leaves = sum(len(Directory.loads(r.value.blob).leaves) for r in dirs)
     assert leaves >= 2000 // 16  # the 2000 keys were split over many small leaves
@@ -260,7 +263,43 @@ def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
     assert {Directory.loads(r.value.blob).version for r in dirs} == {2}
     state = ss.state.read(spark, tmp_path / "ck")
     assert state.count() == 2000
-    assert state.where("user = 'u0001'").first().value == 3 and state.where("user = 'u0002'").first().value == 2
+    assert state.where("user = 'u0001'").first().value == 4 and state.where("user = 'u0002'").first().value == 3
+
+
+def _leaves(spark, ck) -> list[dict]:
+    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(ck)).collect()
+    return [pickle.loads(r.user_map_value.blob) for r in blobs]
+
+
+def test_a_sparse_batch_splits_the_leaves_it_writes_to_half_size_and_counts_stay_exact(spark, tmp_path):
+    """layout.split_rows: a leaf written by a call that ran fewer than half of its keys splits past
+    half of leaf_rows (32 of 64), one that most of its keys had input for past leaf_rows; leaves the
+    batch did not touch stay as they are, and every count stays exact."""
+    land = LandingDir(tmp_path / "in")
+    users = [f"u{i:04d}" for i in range(1500)]
+    land.add([{"user": u} for u in users])
+    ck = tmp_path / "ck"
+    out = ss.map_groups_with_state(land.stream(spark, "user string"), key="user", func=_count, state_type=int,
+                                   output_type="user string, n long", engine=BatchedEngine(buckets=2))
+    touched = set(users[::10])
+    with StreamRun(spark, out, ck, landing=land) as run:
+        run.wait_input()
+    before = _leaves(spark, ck)
+    with StreamRun(spark, out, ck, landing=land, already_read=1500) as run:
+        land.add([{"user": u} for u in sorted(touched)])
+        run.wait_input()
+        rows = sorted(tuple(r) for r in run.rows if r.user in touched and r.n == 2)
+    # the first batch ran every key of its leaves: they split past 64, so some hold more than 32
+    assert max(map(len, before)) > 32 and sum(map(len, before)) == 1500
+    after = _leaves(spark, ck)
+    untouched = [leaf for leaf in before if not touched & leaf.keys()]
+    assert untouched and all(leaf in after for leaf in untouched)  # leaves without input stay as they were
+    written = [leaf for leaf in after if leaf not in untouched]  # the touched leaves, split
+    assert max(map(len, written)) <= 32 and sum(map(len, after)) == 1500
+    assert len(after) > len(before)
+    assert rows == sorted((u, 2) for u in touched)
+    state = {r.user: r.value for r in ss.state.read(spark, ck).collect()}
+    assert state == {u: 2 if u in touched else 1 for u in users}
 
 
 @dataclass
@@ -296,8 +335,11 @@ def test_a_batch_that_touches_few_keys_seals_their_leaves_and_state_reads_back_e
     leaves = [pickle.loads(r.user_map_value.blob) for r in blobs]
     forms = {k: type(e[0]) for leaf in leaves for k, e in leaf.items()}
     assert forms["u0001"] is bytes and forms["u0002"] is bytes
-    sealed = [leaf for leaf in leaves if "u0001" in leaf or "u0002" in leaf]
-    assert all(type(e[0]) is bytes for leaf in sealed for e in leaf.values())  # the whole leaf, sealed
+    # the leaves the batch wrote (u0001's and u0002's, and the other halves of any leaf it split:
+    # layout.split_rows) are sealed whole; the rest stay as the first batch wrote them
+    sealed = [leaf for leaf in leaves if any(type(e[0]) is bytes for e in leaf.values())]
+    assert all(type(e[0]) is bytes for leaf in sealed for e in leaf.values())
+    assert any("u0001" in leaf for leaf in sealed) and any("u0002" in leaf for leaf in sealed)
     assert list(forms.values()).count(tuple) == 1000 - sum(len(leaf) for leaf in sealed) > 900
     state = ss.state.read(spark, tmp_path / "ck").toPandas().set_index("user")
     assert len(state) == 1000 and list(state.loc["u0001", "pages"]) == [f"{start}/1", "/second"]

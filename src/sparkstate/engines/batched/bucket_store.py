@@ -5,7 +5,7 @@ variable), laid out as :mod:`.layout` describes, and the bucket's one timer.
 A call loads the directory (:meth:`BucketStore.load_dir`), then the leaves its keys and due
 timeouts fall in (:meth:`BucketStore.touch`), changes the leaves' entries in place, and hands them
 back (:meth:`BucketStore.commit`): each leaf sealed or whole by how many of its keys the call
-ran with input for (:func:`.layout.seal_leaf`), only the leaves whose bytes changed written, the timer moved to the
+ran with input for (:func:`.layout.seal_leaf`) and split by it (:func:`.layout.split_rows`), only the leaves whose bytes changed written, the timer moved to the
 earliest pending timeout, and the directory written when it changed (or was stored by an
 older layout version).
 """
@@ -22,7 +22,7 @@ from ..base import PICKLE_PROTOCOL
 from ..rules import due_keys, is_due, timer_for
 from ..state_fields import relay
 from .layout import DIR_SCHEMA, DIR_VARIABLE, LAYOUT_VERSION, LEAF_KEY_SCHEMA, LEAF_VALUE_SCHEMA, LEAF_VARIABLE, \
-    Directory, min_timeout, open_entry, place_keys, scans, seal_leaf, split_leaf
+    Directory, min_timeout, open_entry, place_keys, scans, seal_leaf, split_leaf, split_rows
 from .wire import LeafIO
 
 #: For measuring the read choice (benchmarks only): ``scan`` or ``key`` forces one way of reading
@@ -153,8 +153,10 @@ class BucketStore:
         removes: list = []
         moved = False
         for lid, entries in changed.items():
-            seal_leaf(entries, len(entries) if called is None else called.get(lid, 0), len(blobs.get(lid, b"")))
-            parts = split_leaf(lid, entries, self.leaf_rows) if len(entries) > self.leaf_rows else {lid: entries}
+            ran = len(entries) if called is None else called.get(lid, 0)
+            seal_leaf(entries, ran, len(blobs.get(lid, b"")))
+            rows = split_rows(self.leaf_rows, ran, len(entries))
+            parts = split_leaf(lid, entries, rows) if len(entries) > rows else {lid: entries}
             if lid not in parts:
                 del d.leaves[lid]
                 removes.append(lid)

@@ -15,7 +15,9 @@ as for any transformWithState query):
   binary value holding up to ``leaf_rows`` (64) keys (their encoded state, pending timeout and
   hash). A leaf that grows past ``leaf_rows`` splits in two on the next bit of the key hash,
   so leaves stay small however many keys the state holds: a batch reads and rewrites only
-  the leaves its keys fall in, never the untouched rest of the bucket.
+  the leaves its keys fall in, never the untouched rest of the bucket. A leaf written by a
+  call that ran few of its keys splits past half as many (:func:`split_rows`): batches that
+  touch one key here and there read and write smaller leaves.
 - A leaf is one pickle of ``key -> [state columns, timeout, hash]``. In layout version 2 a
   key's state columns may be a pickle of their own (bytes), opened only when the key is called
   (:func:`open_entry`): a leaf whose keys a call ran with input for fewer than half of is
@@ -184,6 +186,25 @@ def seal_leaf(entries: dict, changed: int, stored_bytes: int) -> dict:
         for e in [e for e in entries.values() if type(e[0]) is tuple]:
             e[0] = pickle.dumps(e[0], PICKLE_PROTOCOL)
     return entries
+
+
+def split_rows(leaf_rows: int, ran: int, n: int) -> int:
+    """The most keys a leaf of ``n`` keys keeps, unsplit, when a call that ran ``ran`` of them
+    writes it: ``leaf_rows``, or half of it when that call ran fewer than :data:`INLINE_SHARE`
+    of its keys (the test :func:`seal_leaf` seals by).
+
+    A call that touches few keys of each leaf (small micro-batches over many keys) reads and
+    writes every touched leaf whole through Spark's state server, at a cost that follows the
+    leaf's bytes: at 1,000 events/s over 50K keys a running count's stateful task took 207 ms
+    with leaves of 32 keys against 298 with 64, and its p99 fell 16-28% at the same sustained
+    rate; batches that touch most keys of their leaves (a backlog, large files) keep leaves of
+    64, which sustained 4-7% more with them (docs/bench/2026-12-07-sparse-leaves.md). Leaves
+    never merge, so a leaf split by a sparse call stays at half size.
+
+    >>> split_rows(64, 1, 60), split_rows(64, 30, 60), split_rows(64, 29, 60), split_rows(1, 0, 2)
+    (32, 64, 32, 1)
+    """
+    return leaf_rows if ran >= INLINE_SHARE * n else max(1, leaf_rows // 2)
 
 
 def min_timeout(entries: dict) -> int | None:
