@@ -4,10 +4,10 @@ variable), laid out as :mod:`.layout` describes, and the bucket's one timer.
 
 A call loads the directory (:meth:`BucketStore.load_dir`), then the leaves its keys and due
 timeouts fall in (:meth:`BucketStore.touch`), changes the leaves' entries in place, and hands them
-back (:meth:`BucketStore.commit`): each leaf sealed or whole by how many of its keys the call
-ran with input for (:func:`.layout.seal_leaf`) and split by it (:func:`.layout.split_rows`), only the leaves whose bytes changed written, the timer moved to the
-earliest pending timeout, and the directory written when it changed (or was stored by an
-older layout version).
+back (:meth:`BucketStore.commit`): each leaf sealed or whole, and split past a size, by how many
+of its keys the call ran with input for (:func:`.layout.seal_leaf`, :func:`.layout.split_rows`),
+only the leaves whose bytes changed written, the timer moved to the earliest pending timeout,
+and the directory written when it changed (or was stored by an older layout version).
 """
 
 from __future__ import annotations

@@ -195,11 +195,11 @@ def split_rows(leaf_rows: int, ran: int, n: int) -> int:
 
     A call that touches few keys of each leaf (small micro-batches over many keys) reads and
     writes every touched leaf whole through Spark's state server, at a cost that follows the
-    leaf's bytes: at 1,000 events/s over 50K keys a running count's stateful task took 207 ms
-    with leaves of 32 keys against 298 with 64, and its p99 fell 16-28% at the same sustained
-    rate; batches that touch most keys of their leaves (a backlog, large files) keep leaves of
-    64, which sustained 4-7% more with them (docs/bench/2026-12-07-sparse-leaves.md). Leaves
-    never merge, so a leaf split by a sparse call stays at half size.
+    leaf's bytes: at 1,000 events/s over 50K keys a running count's stateful task took 208 ms
+    with leaves of 32 keys against 298 with 64. Batches that touch most keys of their leaves (a
+    backlog, large files) pay per leaf instead, and sustained 4-7% more with leaves of 64, which
+    they keep (docs/bench/2026-12-07-sparse-leaves.md). Leaves never merge, so a leaf split by a
+    sparse call stays at half size.
 
     >>> split_rows(64, 1, 60), split_rows(64, 30, 60), split_rows(64, 29, 60), split_rows(1, 0, 2)
     (32, 64, 32, 1)
