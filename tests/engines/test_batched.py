@@ -234,6 +234,11 @@ def _count(key, rows, state):
     return (key, n)
 
 
+def _leaves(spark, ck) -> list[dict]:
+    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(ck)).collect()
+    return [pickle.loads(r.user_map_value.blob) for r in blobs]
+
+
 def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
     land = LandingDir(tmp_path / "in")
     land.add([{"user": f"u{i:04d}"} for i in range(2000)])
@@ -258,17 +263,11 @@ def test_a_batch_rewrites_only_the_leaves_it_touches(spark, tmp_path):
     # key count or earliest timeout changed
     assert 1 <= updated <= 2, progress["stateOperators"][0]
     # a count is a small state: its leaves stay whole (layout.seal_leaf), one pickle each
-    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(tmp_path / "ck")).collect()
-    assert {type(e[0]) for r in blobs for e in pickle.loads(r.user_map_value.blob).values()} == {tuple}
+    assert {type(e[0]) for leaf in _leaves(spark, tmp_path / "ck") for e in leaf.values()} == {tuple}
     assert {Directory.loads(r.value.blob).version for r in dirs} == {2}
     state = ss.state.read(spark, tmp_path / "ck")
     assert state.count() == 2000
     assert state.where("user = 'u0001'").first().value == 4 and state.where("user = 'u0002'").first().value == 3
-
-
-def _leaves(spark, ck) -> list[dict]:
-    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(ck)).collect()
-    return [pickle.loads(r.user_map_value.blob) for r in blobs]
 
 
 def test_a_sparse_batch_splits_the_leaves_it_writes_to_half_size_and_counts_stay_exact(spark, tmp_path):
@@ -331,8 +330,7 @@ def test_a_batch_that_touches_few_keys_seals_their_leaves_and_state_reads_back_e
         run.wait_input()
         land.add([{"user": "u0001", "page": "/second"}, {"user": "u0002", "page": "/second"}])
         run.wait_input()
-    blobs = spark.read.format("statestore").option("stateVarName", LEAF_VARIABLE).load(str(tmp_path / "ck")).collect()
-    leaves = [pickle.loads(r.user_map_value.blob) for r in blobs]
+    leaves = _leaves(spark, tmp_path / "ck")
     forms = {k: type(e[0]) for leaf in leaves for k, e in leaf.items()}
     assert forms["u0001"] is bytes and forms["u0002"] is bytes
     # the leaves the batch wrote (u0001's and u0002's, and the other halves of any leaf it split:
