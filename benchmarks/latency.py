@@ -16,7 +16,9 @@ has been processed). Topics stamp records with the broker's clock (``LogAppendTi
 output record's latency is its append time minus the append time of the newest input it
 reflects: for the running count, a key's row ``(key, n)`` reflects the key's n-th event; for
 sessions (closed by an ``is_last`` event, emitted at once: ``emit_on_last``), the session's
-last event. Nothing is taken from the job's own clock.
+last event. Nothing is taken from the job's own clock. The sessions' gap
+(:data:`.latency_job.SESSION_GAP_MS`) outlasts a run: no session of the warm-up is closed by its
+gap while latency is measured.
 
 Contenders: Java ``mapGroupsWithState`` / ``flatMapGroupsWithState`` (the reference), raw
 PySpark ``transformWithState``, sparkstate's batched engine (``map_groups_with_state``, and
@@ -34,6 +36,7 @@ of every figure goes to ``benchmarks/results/latency-*.json``.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import os
@@ -57,7 +60,7 @@ from sparkstate.durations import positive_ms
 from sparkstate.io.sources import KAFKA_CONSUMER_DEFAULTS
 from sparkstate.versions import pyspark_minor
 
-from .latency_job import JobTask
+from .latency_job import SESSION_GAP_MS, SESSION_WATERMARK_MS, JobTask
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -396,7 +399,8 @@ def run_command(contender: Variant, workload: str, bootstrap: str, topic_in: str
     ``--conf``s (the command has no flag for them; ``sparkstate.spark_session`` keeps what
     spark-submit set), before what the variable held."""
     pipeline = ["running-count"] if workload == "count" else [
-        "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", "1 minute", "--watermark", "10 seconds"]
+        "sessionize", "--time-mode", "event", "--emit-on-last", "--gap", f"{SESSION_GAP_MS} milliseconds",
+        "--watermark", f"{SESSION_WATERMARK_MS} milliseconds"]
     cmd = [sys.executable, "-m", "sparkstate.cli", "run", *pipeline,
            "--source", f"kafka:{bootstrap}/{topic_in}", "--sink", f"kafka:{bootstrap}/{topic_out}",
            "--deadletter", f"kafka:{bootstrap}/{dead_letter_topic(topic_out)}",
@@ -604,8 +608,9 @@ class Bench:
         outputs = [(key, Workload.marker_of(outcome.workload, value), ts)
                    for key, value, ts in self._read_all(topic_out) if not key.startswith("probe")]
         by_phase, backlog_end = phase_latencies(outcome.phases, appended, outputs, phase_of)
+        unmarked = unmarked_by_phase(outcome.phases, outputs)
         for name, ph in outcome.phases.items():
-            entry = {"sent": ph.sent, "rate": ph.rate, **summarize(by_phase[name])}
+            entry = {"sent": ph.sent, "rate": ph.rate, **summarize(by_phase[name]), "unmarked_out": unmarked[name]}
             if name == "backlog" and backlog_end:
                 entry["sustained_events_per_s"] = round(ph.sent / max(0.001, (backlog_end - ph.start_ms) / 1000), 1)
             outcome.phases[name] = entry
@@ -632,6 +637,27 @@ def phase_latencies(phases: dict[str, Phase], appended: dict, outputs: list, pha
         if name == "backlog":
             backlog_end = max(backlog_end or 0, ts)
     return by_phase, backlog_end
+
+
+def unmarked_by_phase(phases: dict[str, Phase], outputs: list) -> dict[str, int]:
+    """How many output records that reflect no measured input (sessions closed by their gap, not
+    by a last event) were appended while each phase ran: from its start to the next phase's.
+    A batch that closes many such sessions at once delays every record behind it, so this shows
+    which phase a wave of them fell in.
+
+    >>> a, b = Phase("floor", start_ms=0.0), Phase("1000/s", start_ms=10.0)
+    >>> unmarked_by_phase({"floor": a, "1000/s": b}, [("k", None, 5.0), ("k", "e1", 6.0), ("j", None, 12.0), ("i", None, 99.0)])
+    {'floor': 1, '1000/s': 2}
+    """
+    names = sorted(phases, key=lambda n: phases[n].start_ms)
+    starts = [phases[n].start_ms for n in names]
+    out = dict.fromkeys(phases, 0)
+    for _key, marker, ts in outputs:
+        if marker is None:
+            at = bisect.bisect_right(starts, ts) - 1
+            if at >= 0:
+                out[names[at]] += 1
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -661,6 +687,12 @@ def table(outcomes: list[Outcome], workload: str) -> str:
                 cells += [_fmt(o.phases[n][k]) for k in ("p50", "p95", "p99")]
         cells.append(_fmt(o.phases.get("backlog", {}).get("sustained_events_per_s")))
         lines.append("| " + " | ".join(cells) + " |")
+    waves = [f"{o.contender}: " + ", ".join(f"{n} {ph['unmarked_out']:,}" for n, ph in o.phases.items()
+                                            if ph.get("unmarked_out"))
+             for o in done if any(ph.get("unmarked_out") for ph in o.phases.values())]
+    if waves:
+        lines += ["", "Output appended in each phase that no measured input is behind (sessions closed by"
+                  " their gap): " + "; ".join(waves)]
     return "\n".join(lines)
 
 

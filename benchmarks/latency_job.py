@@ -30,6 +30,14 @@ COUNT_SCHEMA = "user string, seq long, activity string"
 SESSIONS_SCHEMA = "user_id string, event_time timestamp, data string, is_last boolean"
 
 
+#: The sessions workload's gap: longer than a contender's whole run, so that the warm-up's open
+#: sessions (one per key) stay in state and none is closed by its gap while latency is measured. With
+#: a gap of one minute, the warm-up's 42K-48K sessions were all closed in one batch, which fell in the
+#: 1,000 events/s phase of every contender and set that phase's p99 (docs/bench/2026-12-07-session-wave.md).
+SESSION_GAP_MS = 600_000
+SESSION_WATERMARK_MS = 10_000
+
+
 @dataclass(frozen=True)
 class JobTask:
     contender: str
@@ -41,8 +49,8 @@ class JobTask:
     stop_file: str
     progress_file: str
     jar: str | None = None
-    gap_ms: int = 60_000
-    watermark_ms: int = 10_000
+    gap_ms: int = SESSION_GAP_MS
+    watermark_ms: int = SESSION_WATERMARK_MS
     conf: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)  # the Kafka source's, over sparkstate's KAFKA_CONSUMER_DEFAULTS
     trigger: str | None = None  # processingTime, e.g. "100 milliseconds"; None: Spark's default
