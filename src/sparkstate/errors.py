@@ -65,6 +65,17 @@ _QUERY_PREFIX = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with
 _MAX_CHARS = 600
 
 
+def from_spark(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by PySpark or py4j (Spark refused something, or a call into its JVM
+    failed) rather than by sparkstate or the user's code.
+
+    >>> from py4j.protocol import Py4JError
+    >>> from_spark(Py4JError("An error occurred while calling o1.json")), from_spark(ValueError("x"))
+    (True, False)
+    """
+    return type(exc).__module__.startswith(("pyspark.", "py4j."))
+
+
 def explain(exc: BaseException | str) -> str:
     """One readable line for an error that came back from Spark, without stack traces.
 

@@ -18,7 +18,7 @@ import warnings
 from typing import Sequence
 
 from .. import __version__
-from ..errors import JobFailedError, SparkStateError
+from ..errors import JobFailedError, SparkStateError, from_spark
 from . import _demo, _generate, _jvm_archive, _run, _state
 from ._run import job_config
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sparkstate: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        if not type(exc).__module__.startswith(("pyspark.", "py4j.")):
+        if not from_spark(exc):
             raise
         # Spark refused something (a definition, a path); its first line says why.
         lines = str(exc).strip().splitlines()

@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from ..errors import JobFailedError, explain
+from ..errors import JobFailedError, explain, from_spark
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -126,11 +127,12 @@ def wait_until_caught_up(
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     pending = list(queries)
     while True:
-        pending = [(what, q) for what, q in pending if not is_caught_up(q, after_batch)]
-        for what, q in queries:  # after: a query that failed meanwhile looks caught up (it is stopped)
-            err = failure(q, what)
-            if err is not None:
-                raise err
+        with _read_from_spark(queries):
+            pending = [(what, q) for what, q in pending if not is_caught_up(q, after_batch)]
+            for what, q in queries:  # after: a query that failed meanwhile looks caught up (it is stopped)
+                err = failure(q, what)
+                if err is not None:
+                    raise err
         if not pending:
             return True
         if deadline is not None and time.monotonic() > deadline:
@@ -144,13 +146,36 @@ def wait_until_stopped(queries: Sequence[tuple[str, "StreamingQuery"]], poll_s: 
     Ctrl-C (``KeyboardInterrupt``) ends the wait; the caller stops the queries.
     """
     while True:
-        for what, q in queries:
-            err = failure(q, what)
-            if err is not None:
-                raise err
-        if not any(q.isActive for _, q in queries):
-            return
+        with _read_from_spark(queries):
+            for what, q in queries:
+                err = failure(q, what)
+                if err is not None:
+                    raise err
+            if not any(q.isActive for _, q in queries):
+                return
         time.sleep(poll_s)
+
+
+@contextmanager
+def _read_from_spark(queries: Sequence[tuple[str, "StreamingQuery"]]) -> Iterator[None]:
+    """Turn a failed call into Spark (reading a query's status or progress through py4j or Connect) into
+    a :class:`JobFailedError`: the error of a query that stopped on one when it can still be read, else
+    a line saying the status could not be read."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, JobFailedError) or not from_spark(exc):
+            raise
+        for what, q in queries:
+            try:
+                err = failure(q, what)
+            except Exception:  # Spark cannot be asked that either
+                err = None
+            if err is not None:
+                raise err from exc
+        names = " and ".join(what for what, _ in queries)
+        raise JobFailedError(f"the {names}'s status could not be read from Spark ({explain(exc)}); run the job"
+                             " again: it goes on from its last committed batch") from exc
 
 
 def _wait_for_running_batch(query: "StreamingQuery", deadline: float) -> None:

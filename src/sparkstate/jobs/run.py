@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 from .. import fs
 from ..durations import to_ms
 from ..engines import runtime
-from ..errors import JobFailedError, SparkStateError
+from ..errors import JobFailedError, SparkStateError, explain, from_spark
 from ..io.connectors import require_kafka_connector
 from ..io.kafka import stream_records
 from ..io.parse import DEAD_LETTER_SCHEMA, to_struct
@@ -290,16 +290,25 @@ def _run(spark: "SparkSession", config: JobConfig, job: _Job, what: str, on_batc
                             " %d)", what, attempt + 1, START_ATTEMPTS)
                 pause_before_attempt(attempt)
     finally:
+        failing = sys.exc_info()[1]
         try:
             if query is not None:
-                _stop(spark, query, listener, None if job.own_checkpoint else job.checkpoint, job.trigger_ms)
+                try:
+                    _stop(spark, query, listener, None if job.own_checkpoint else job.checkpoint, job.trigger_ms)
+                except Exception as exc:
+                    if failing is not None:  # the run's own error is the one to report
+                        log.warning("%s: stopping the failed query also failed: %s", what, explain(exc))
+                    elif from_spark(exc):
+                        raise JobFailedError(f"stopping the query failed: {explain(exc)}") from exc
+                    else:
+                        raise
             if tee is not None:
                 tee.flush()
         finally:
             remove_listener(spark, listener)
             listener.close()
             # (not while an error propagates: the run failed, nothing will be reported)
-            keys_left = _keys_in_state(spark, job.checkpoint) if sys.exc_info()[0] is None else None
+            keys_left = _keys_in_state(spark, job.checkpoint) if failing is None else None
             if job.own_checkpoint:
                 shutil.rmtree(job.checkpoint, ignore_errors=True)
     return _result(config, job, listener.totals, str(query.id), stopped_by, keys_left, time.monotonic() - started)
