@@ -1,8 +1,9 @@
 """``sparkstate run sessionize`` SIGKILLed mid-stream and restarted on the minor's default engine
 (3.5: inband; 4.0 and later: batched) writes the generator's reference sessions, and
 ``sparkstate state show|stats`` read the checkpoint it leaves: the open sessions the reference
-has not finished by the final watermark. Small on purpose: it runs on every minor of the version
-matrix (tests/versions/test_matrix.py), beside the main suite's kill tests (test_driver_crash.py).
+has not finished by the final watermark. Small on purpose: besides the main suite, it runs on the
+version matrix's minors whose job runs other code (3.5 and 4.0, tests/versions/test_matrix.py),
+beside the main suite's kill tests (test_driver_crash.py).
 """
 
 from __future__ import annotations
