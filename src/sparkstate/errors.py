@@ -63,6 +63,8 @@ _PY_ERROR = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|
 _WRAPPERS = ("py4j.", "pyspark.", "org.apache.", "java.", "scala.")
 _QUERY_PREFIX = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
 _MAX_CHARS = 600
+# py4j's first line when the JVM answered a call with an error of its own; its trace follows.
+_PY4J_TRACE = re.compile(r"\.\s*Trace:$")
 
 
 def from_spark(exc: BaseException) -> bool:
@@ -92,6 +94,8 @@ def explain(exc: BaseException | str) -> str:
     ...         "ValueError: boom\\n\\nsparkstate.errors.UserFunctionError: the state function 'f' raised"
     ...         " ValueError: boom (key 'u1')\\n\\tat py4j.Protocol(Protocol.java:476)")
     "UserFunctionError: the state function 'f' raised ValueError: boom (key 'u1')"
+    >>> explain("An error occurred while calling o12.isActive. Trace:\\npy4j.Py4JException: Target Object ID ...")
+    'An error occurred while calling o12.isActive'
     """
     text = str(exc).strip() if not isinstance(exc, str) else exc.strip()
     if not text:
@@ -105,5 +109,5 @@ def explain(exc: BaseException | str) -> str:
         if python and "Traceback (most recent call last)" in text:
             found = f"{python[-1].group(1).rsplit('.', 1)[-1]}: {python[-1].group(2).strip()}"
         else:
-            found = _QUERY_PREFIX.sub("", lines[0].strip())
+            found = _PY4J_TRACE.sub("", _QUERY_PREFIX.sub("", lines[0].strip()))
     return found if len(found) <= _MAX_CHARS else found[: _MAX_CHARS - 3] + "..."

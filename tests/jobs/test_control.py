@@ -152,19 +152,16 @@ def test_an_owed_batch_that_does_not_come_is_waited_for_within_wait_s():
     assert q.stopped
 
 
-def test_a_failed_call_into_spark_while_waiting_is_one_line(spark, tmp_path):
-    """A call into the JVM that reads a running query's status fails (here: py4j no longer knows the
-    query's Java object, as a broken py4j exchange leaves it): the wait raises a one-line
-    JobFailedError, not py4j's error, and the query itself is still there to be stopped."""
-    query = (spark.readStream.format("rate").option("rowsPerSecond", 1).load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck")).start())
-    try:
-        spark.sparkContext._gateway.detach(query._jsq)  # the test's fault: later calls on it fail in py4j
-        with pytest.raises(JobFailedError) as raised:
-            wait_until_caught_up([("query", query)], poll_s=0.05, timeout_s=60)
-        text = str(raised.value)
-        assert text.startswith("the query's status could not be read from Spark (") and "\n" not in text, text
-        assert type(raised.value.__cause__).__module__.startswith("py4j.")
-    finally:
-        for q in spark.streams.active:
-            q.stop()
+def test_a_failed_call_into_spark_while_waiting_is_one_line(spark):
+    """A call into the JVM that reads a query's status fails (here py4j asks the JVM for a Java object it
+    does not hold, as after a broken py4j exchange): the wait raises a one-line JobFailedError, not
+    py4j's error."""
+    from py4j.java_gateway import JavaObject
+    from pyspark.sql.streaming import StreamingQuery
+
+    unknown = StreamingQuery(JavaObject("o999999999", spark.sparkContext._gateway._gateway_client))
+    with pytest.raises(JobFailedError) as raised:
+        wait_until_caught_up([("query", unknown)], poll_s=0.05, timeout_s=60)
+    text = str(raised.value)
+    assert text.startswith("the query's status could not be read from Spark (") and "\n" not in text, text
+    assert type(raised.value.__cause__).__module__.startswith("py4j.")
