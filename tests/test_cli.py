@@ -126,7 +126,7 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
         "processed_rows_per_s", "batch_duration_ms", "state_rows", "state_rows_updated", "state_rows_removed",
         "state_memory_bytes", "timers_expired", "rows_out", "timed_out", "dead_letters", "dead_letters_total",
         "watermark", "late", "rows_dropped_by_watermark", "backlog", "state_point_reads", "state_bytes_scanned",
-        "state_reads",
+        "state_reads", "offsets_ms", "planning_ms", "add_batch_ms", "log_commit_ms",
     }
     assert sum(m["rows_in"] for m in output) == 302
     assert sum(m["dead_letters"] for m in output) == 2 and lines[-1]["dead_letters_total"] == 2
@@ -134,6 +134,12 @@ def test_run_sessionize_once_writes_exactly_the_reference_sessions(spark, tmp_pa
     assert all(isinstance(m["state_memory_bytes"], int) for m in output)
     if runtime.pyspark_minor() != (4, 0):  # 4.0's transformWithStateInPandas reports its memory as 0
         assert all(m["state_memory_bytes"] > 0 for m in output)
+
+    # The batch's time by stage: every batch ran (addBatch) and was planned; the stages fit in it.
+    for m in output:
+        assert m["add_batch_ms"] is not None and m["planning_ms"] is not None and m["offsets_ms"] is not None, m
+        parts = m["offsets_ms"] + m["planning_ms"] + m["add_batch_ms"] + (m["log_commit_ms"] or 0)
+        assert 0 < m["add_batch_ms"] <= parts <= m["batch_duration_ms"], m
 
     # The sessions written equal the reference finished by the final watermark, exactly.
     per_batch = {

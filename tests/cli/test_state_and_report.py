@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 from sparkstate.cli import main
 from sparkstate.synthetic import generate_events, read_events, reference_sessions, write_events
@@ -65,6 +66,10 @@ def test_state_show_stats_export_and_report_after_a_sessionize_run(spark, tmp_pa
     assert f"rows in: {len(events)}" in summary
     with_data = sum(1 for line in metrics.read_text().splitlines() if json.loads(line)["rows_in"])
     assert f"state reads (batches with data): 0 by scan, {with_data} by key only, 0 read nothing" in summary
+    # the p50 of each stage of a batch with data, from the metrics lines themselves
+    runs = sorted(m["add_batch_ms"] for m in map(json.loads, metrics.read_text().splitlines()) if m["rows_in"])
+    (stage_line,) = [line for line in summary.splitlines() if line.startswith("batch time by stage, p50 ms")]
+    assert f"add batch {statistics.median(runs):.0f}," in stage_line and "planning " in stage_line, stage_line
     for name in ("throughput.png", "batch_duration.png", "state_size.png"):
         png = tmp_path / "report" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -34,6 +34,8 @@ def test_fields_of_a_real_report():
         "watermark": "2024-01-01T00:54:47.925Z", "late": None, "rows_dropped_by_watermark": None,
         "backlog": None,  # a file source reports no latest offset
         "state_point_reads": None, "state_bytes_scanned": None, "state_reads": None,  # no RocksDB metrics in it
+        # the batch's time by stage: the trimmed report keeps only addBatch
+        "offsets_ms": None, "planning_ms": None, "add_batch_ms": 510, "log_commit_ms": None,
     }
 
 

@@ -119,12 +119,16 @@ class BatchMetrics:
     state_point_reads: int | None = None
     state_bytes_scanned: int | None = None
     state_reads: str | None = None
+    offsets_ms: int | None = None
+    planning_ms: int | None = None
+    add_batch_ms: int | None = None
+    log_commit_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-ready values.
 
-        >>> sorted(batch_metrics({"batchId": 0, "numInputRows": 0}, "output").to_dict())[:3]
-        ['backlog', 'batch_duration_ms', 'batch_id']
+        >>> list(batch_metrics({"batchId": 0, "numInputRows": 0}, "output").to_dict())[:3]
+        ['time', 'query', 'query_name']
         """
         return asdict(self)
 
@@ -176,6 +180,35 @@ def _offset_total(offset: Any) -> int | None:
         if parts and all(isinstance(v, int) and not isinstance(v, bool) for v in offset.values()):
             return sum(parts)  # type: ignore[arg-type]
     return None
+
+
+#: The parts of a batch's time in Spark's progress (``durationMs``) that the metrics keep, each as a
+#: field: asking the sources for their offsets and the batch's data, planning the batch, running it
+#: (its tasks, the state and the sink's write), and writing its offset and commit logs.
+STAGES: dict[str, tuple[str, ...]] = {
+    "offsets_ms": ("latestOffset", "getOffset", "getBatch"),
+    "planning_ms": ("queryPlanning",),
+    "add_batch_ms": ("addBatch",),
+    "log_commit_ms": ("walCommit", "commitOffsets"),
+}
+
+
+def stages(progress: Mapping[str, Any]) -> dict[str, int | None]:
+    """The batch's time by stage, in milliseconds (:data:`STAGES`; ``None`` where the report has no part of
+    a stage: a batch that planned nothing reports only its offsets).
+
+    >>> stages({"durationMs": {"latestOffset": 3, "getBatch": 1, "queryPlanning": 40, "walCommit": 9,
+    ...                        "addBatch": 500, "commitOffsets": 8, "triggerExecution": 570}})
+    {'offsets_ms': 4, 'planning_ms': 40, 'add_batch_ms': 500, 'log_commit_ms': 17}
+    >>> stages({"durationMs": {"latestOffset": 2, "triggerExecution": 2}})["planning_ms"] is None
+    True
+    """
+    parts = progress.get("durationMs") or {}
+    out: dict[str, int | None] = {}
+    for name, keys in STAGES.items():
+        values = [v for v in (parts.get(k) for k in keys) if isinstance(v, int) and not isinstance(v, bool)]
+        out[name] = sum(values) if values else None
+    return out
 
 
 def read_path(point_reads: int | None, bytes_scanned: int | None) -> str | None:
@@ -284,6 +317,7 @@ def batch_metrics(progress: Mapping[str, Any], role: Role, dead_letters_total: i
         state_point_reads=point_reads,
         state_bytes_scanned=scanned,
         state_reads=read_path(point_reads, scanned),
+        **stages(progress),
     )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .metrics import STAGES
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ def write_report(metrics: str | os.PathLike, out_dir: str | os.PathLike) -> Repo
         lines.append(f"processed rows/s (batches with data): median {statistics.median(rates):.0f}, max {max(rates):.0f}")
     if states:
         lines.append(f"state store rows: first {states[0]}, last {states[-1]}, max {max(states)}")
+    parts = {name: [r[name] for r in with_data if isinstance(r.get(name), (int, float))] for name in STAGES}
+    if all(parts.values()):
+        lines.append("batch time by stage, p50 ms (batches with data): " + ", ".join(
+            f"{name.removesuffix('_ms').replace('_', ' ')} {statistics.median(values):.0f}"
+            for name, values in parts.items()))
     reads = [r.get("state_reads") for r in with_data if r.get("state_reads")]
     if reads:
         lines.append(f"state reads (batches with data): {reads.count('scan')} by scan, {reads.count('point')} by key only,"
