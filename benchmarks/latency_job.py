@@ -153,8 +153,9 @@ def run(task: JobTask) -> None:
         while not stop.exists():
             if query.awaitTermination(0.2):  # type: ignore[arg-type]  # seconds, a float
                 raise RuntimeError(f"{task.contender}: the query ended: {query.exception()}")
-        # PySpark 3.5 gives the reports as dicts, 4.0 and later as StreamingQueryProgress
-        reports = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
+        # PySpark 3.5 gives the reports as plain dicts; 4.0 and later as StreamingQueryProgress, a dict
+        # too, whose values (UUIDs) json cannot write: its own JSON is read back instead
+        reports = [json.loads(p.json) if hasattr(p, "json") else p for p in query.recentProgress]
         Path(task.progress_file).write_text(json.dumps(reports))
     finally:
         if query.isActive:
