@@ -91,7 +91,8 @@ def subset(minor: str) -> list[str]:
     """The subset for ``minor``, on the engine a query there gets without engine=."""
     engine = default_engine(runtime.minor_of(minor))
     tests = SUBSET + (WITH_TRANSFORM_WITH_STATE if engine == DEFAULT_ENGINE else WITHOUT_TRANSFORM_WITH_STATE)
-    tests += WINDOWS if runtime.minor_of(minor) >= (4, 1) else KILLED_AND_RESTARTED
+    tests += WINDOWS if runtime.minor_of(minor) >= (4, 1) else []
+    tests += KILLED_AND_RESTARTED if runtime.minor_of(minor) < (4, 1) else []  # other code than the main minor's
     tests += TWS_ON_PANDAS + STRAIGHT_TO_KAFKA if runtime.minor_of(minor) == (4, 0) else []
     return [t.format(engine=engine) for t in tests]
 
